@@ -23,6 +23,7 @@ const (
 	CodeValidation            Code = "VALIDATION_ERROR"
 	CodeRateLimitExceeded     Code = "RATE_LIMIT_EXCEEDED"
 	CodeServerError           Code = "SERVER_ERROR"
+	CodeUnavailable           Code = "SERVICE_UNAVAILABLE"
 )
 
 // FieldError names one invalid input and why.

@@ -1,0 +1,251 @@
+// Package sim is the default market feed: a deterministic simulation over a
+// bundled universe of real coins (topped up with synthetic sim- coins).
+//
+// A coin's log-price is a random walk on an hourly grid anchored at its
+// reference price at Anchor, with every step drawn from a hash of (seed,
+// coin, hour). Between grid points the price follows a Brownian bridge;
+// before the 90-day hourly region that ends at Anchor the path is a daily
+// Brownian bridge down to the coin's listing price. The price at any time is
+// therefore a pure function of the seed, the coin and the time.
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"coinpulse"
+)
+
+// Anchor is the instant at which every coin trades at its reference price.
+var Anchor = time.Date(2025, 11, 1, 0, 0, 0, 0, time.UTC)
+
+// hourlyRegion is how far before Anchor the hourly grid reaches; before it
+// the path is drawn on a daily grid.
+const hourlyRegion = 90 * 24
+
+// Feed is the simulated feed. Its methods are safe for concurrent use.
+type Feed struct {
+	seed  uint64
+	coins []*coin
+	byID  map[string]*coin
+
+	mu     sync.Mutex
+	cursor map[string]*walker // the last position of each coin's Quotes walk
+}
+
+var _ coinpulse.Feed = (*Feed)(nil)
+
+// New returns the simulation for seed over max(n, MinCoins) coins: the
+// bundled real coins, then synthetic ones.
+func New(seed int64, n int) (*Feed, error) {
+	coins, err := parseUniverse(universeCSV)
+	if err != nil {
+		return nil, err
+	}
+	if n < MinCoins {
+		n = MinCoins
+	}
+	smallest := math.Inf(1)
+	taken := map[string]bool{}
+	for _, c := range coins {
+		smallest = math.Min(smallest, c.ref*c.info.CirculatingSupply)
+		taken[c.info.ID] = true
+	}
+	if len(coins) < n {
+		coins = append(coins, synthetic(uint64(seed), n-len(coins), smallest, taken, Anchor)...)
+	}
+	f := &Feed{seed: uint64(seed), coins: coins, byID: make(map[string]*coin, len(coins)), cursor: map[string]*walker{}}
+	for _, c := range coins {
+		f.byID[c.info.ID] = c
+	}
+	return f, nil
+}
+
+// Name returns "sim".
+func (f *Feed) Name() string { return "sim" }
+
+// Simulated returns true: every figure is made up.
+func (f *Feed) Simulated() bool { return true }
+
+// Markets is the simulated number of exchanges reported in global stats.
+func (f *Feed) Markets() int { return 120 + int(f.seed%60) }
+
+// Universe returns every coin's info.
+func (f *Feed) Universe(context.Context) ([]coinpulse.CoinInfo, error) {
+	out := make([]coinpulse.CoinInfo, len(f.coins))
+	for i, c := range f.coins {
+		out[i] = c.info
+	}
+	return out, nil
+}
+
+// Quotes returns every coin's price, market cap and 24 h volume at now.
+func (f *Feed) Quotes(_ context.Context, now time.Time) ([]coinpulse.Quote, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]coinpulse.Quote, 0, len(f.coins))
+	for _, c := range f.coins {
+		if now.Before(c.info.ListedAt) {
+			continue
+		}
+		w := f.cursor[c.info.ID]
+		if w == nil {
+			w = f.newWalker(c)
+			f.cursor[c.info.ID] = w
+		}
+		p := f.point(c, w, now, true)
+		out = append(out, coinpulse.Quote{CoinID: c.info.ID, Price: p.Price, MarketCap: p.MarketCap, TotalVolume: p.TotalVolume, Time: now})
+	}
+	return out, nil
+}
+
+// History returns the coin's points at interval in [from, to] (clipped to
+// its listing), on the interval's UTC grid, oldest first.
+func (f *Feed) History(_ context.Context, info coinpulse.CoinInfo, interval coinpulse.Interval, from, to time.Time) ([]coinpulse.HistoryPoint, error) {
+	c := f.byID[info.ID]
+	if c == nil {
+		return nil, coinpulse.Errorf(coinpulse.CodeNotFound, "no coin %q in the simulation", info.ID)
+	}
+	step := interval.Step()
+	if from.Before(c.info.ListedAt) {
+		from = c.info.ListedAt
+	}
+	t := from.Truncate(step)
+	if t.Before(from) {
+		t = t.Add(step)
+	}
+	w := f.newWalker(c)
+	f.mu.Lock()
+	if cur := f.cursor[c.info.ID]; cur != nil {
+		*w = *cur // start near now rather than at the anchor
+	}
+	f.mu.Unlock()
+	var out []coinpulse.HistoryPoint
+	for ; !t.After(to); t = t.Add(step) {
+		out = append(out, f.point(c, w, t, false))
+	}
+	return out, nil
+}
+
+// point computes the coin's figures at t, moving w there.
+func (f *Feed) point(c *coin, w *walker, t time.Time, noise bool) coinpulse.HistoryPoint {
+	l := w.logAt(t, noise)
+	price := math.Exp(l)
+	mcap := price * c.info.CirculatingSupply
+	hour := int64(math.Floor(t.Sub(Anchor).Hours()))
+	volume := mcap * c.turnover * math.Exp(0.3*normal(f.seed, c.key, streamVolume, hour))
+	return coinpulse.HistoryPoint{Timestamp: t, Price: price, MarketCap: mcap, TotalVolume: volume}
+}
+
+// walker evaluates one coin's path, remembering where it last was so that
+// a sequence of nearby times costs one step each.
+type walker struct {
+	f *Feed
+	c *coin
+	// hourly grid: log-price l at hour k from Anchor (k >= -hourlyRegion)
+	k int64
+	l float64
+	// daily bridge: total days J from listing to the region start, the walk
+	// W at day j back from the region start, and the region start's
+	// log-price.
+	bridge     bool
+	J          int64
+	j          int64
+	w, wJ, l0  float64
+	listedHour int64
+}
+
+func (f *Feed) newWalker(c *coin) *walker {
+	return &walker{f: f, c: c, k: 0, l: math.Log(c.ref)}
+}
+
+// step is the log-return of hour k (from k-1 to k).
+func (w *walker) step(k int64) float64 {
+	return w.c.sigmaH * normal(w.f.seed, w.c.key, streamHourly, k)
+}
+
+// hour moves the hourly walk to k and returns the log-price there.
+func (w *walker) hour(k int64) float64 {
+	for w.k < k {
+		w.k++
+		w.l += w.step(w.k)
+	}
+	for w.k > k {
+		w.l -= w.step(w.k)
+		w.k--
+	}
+	return w.l
+}
+
+// initBridge prepares the daily bridge from the hourly region's start back
+// to the listing price.
+func (w *walker) initBridge() {
+	if w.bridge {
+		return
+	}
+	w.bridge = true
+	start := Anchor.Add(-hourlyRegion * time.Hour)
+	w.J = int64(start.Sub(w.c.info.ListedAt).Hours() / 24)
+	save, saveL := w.k, w.l
+	w.l0 = w.hour(-hourlyRegion)
+	w.k, w.l = save, saveL
+	for j := int64(1); j <= w.J; j++ {
+		w.wJ += w.c.sigmaD * normal(w.f.seed, w.c.key, streamDaily, j)
+	}
+	w.j, w.w = w.J, w.wJ
+}
+
+// day returns the bridge's log-price j days before the hourly region.
+func (w *walker) day(j int64) float64 {
+	for w.j < j {
+		w.j++
+		w.w += w.c.sigmaD * normal(w.f.seed, w.c.key, streamDaily, w.j)
+	}
+	for w.j > j {
+		w.w -= w.c.sigmaD * normal(w.f.seed, w.c.key, streamDaily, w.j)
+		w.j--
+	}
+	target := math.Log(w.c.listPrice) - w.l0
+	return w.l0 + w.w - float64(j)/float64(w.J)*(w.wJ-target)
+}
+
+// logAt returns the log-price at t; with noise, times between grid points
+// get Brownian-bridge noise (ticks), without it they are interpolated.
+func (w *walker) logAt(t time.Time, noise bool) float64 {
+	x := t.Sub(Anchor).Hours()
+	if x >= -hourlyRegion {
+		k := int64(math.Floor(x))
+		frac := x - float64(k)
+		a := w.hour(k)
+		if frac == 0 {
+			return a
+		}
+		b := w.hour(k + 1)
+		l := a + frac*(b-a)
+		if noise {
+			l += w.c.sigmaH * math.Sqrt(frac*(1-frac)) * normal(w.f.seed, w.c.key, streamTick, t.Unix())
+		}
+		return l
+	}
+	w.initBridge()
+	y := Anchor.Add(-hourlyRegion*time.Hour).Sub(t).Hours() / 24
+	j := int64(math.Floor(y))
+	frac := y - float64(j)
+	if j >= w.J {
+		return math.Log(w.c.listPrice)
+	}
+	a := w.day(j)
+	if frac == 0 {
+		return a
+	}
+	b := w.day(j + 1)
+	return a + frac*(b-a)
+}
+
+// String describes the feed for logs.
+func (f *Feed) String() string {
+	return fmt.Sprintf("sim(seed=%d, coins=%d)", f.seed, len(f.coins))
+}

@@ -1,0 +1,412 @@
+package market
+
+import (
+	"bytes"
+	"context"
+	"encoding/gob"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"coinpulse"
+)
+
+// Config configures an Engine.
+type Config struct {
+	Feed  coinpulse.Feed
+	Store coinpulse.Store
+	Clock coinpulse.Clock
+	Log   *slog.Logger
+	// Refresh is the time between quotes (default 60 s).
+	Refresh time.Duration
+	// MinMoverVolume is the top movers' 24 h volume floor (USD).
+	MinMoverVolume float64
+	// Retain is how long snapshots stay reachable by id (default 5 min).
+	Retain time.Duration
+}
+
+// HourlyWindow is how far back hourly history is kept.
+const HourlyWindow = 90 * 24 * time.Hour
+
+// maxRetained bounds the retained snapshots whatever the refresh rate.
+const maxRetained = 600
+
+// Engine turns a feed's quotes into snapshots, keeps history rolled up in
+// the store, and persists its running state for a warm start.
+type Engine struct {
+	cfg     Config
+	markets *int
+
+	current atomic.Pointer[Snapshot]
+	seq     uint64
+
+	mu       sync.Mutex
+	retained []*Snapshot
+
+	// Owned by the goroutine that runs Load, then Run.
+	coins    map[string]*coinState
+	order    []string
+	lastHour time.Time
+	lastDay  time.Time
+}
+
+// New returns an engine; call Load, then Run.
+func New(cfg Config) *Engine {
+	if cfg.Refresh <= 0 {
+		cfg.Refresh = time.Minute
+	}
+	if cfg.Retain <= 0 {
+		cfg.Retain = 5 * time.Minute
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	e := &Engine{cfg: cfg, coins: map[string]*coinState{}}
+	if m, ok := cfg.Feed.(interface{ Markets() int }); ok {
+		n := m.Markets()
+		e.markets = &n
+	}
+	return e
+}
+
+// Current returns the latest snapshot, or nil before Load has finished.
+func (e *Engine) Current() *Snapshot { return e.current.Load() }
+
+// Snapshot returns a retained snapshot by id, or nil.
+func (e *Engine) Snapshot(id string) *Snapshot {
+	if cur := e.current.Load(); cur != nil && cur.ID == id {
+		return cur
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, s := range e.retained {
+		if s.ID == id {
+			return s
+		}
+	}
+	return nil
+}
+
+// Refresh returns the configured refresh interval.
+func (e *Engine) Refresh() time.Duration { return e.cfg.Refresh }
+
+// savedState is what the engine persists for a warm start.
+type savedState struct {
+	Fingerprint string
+	LastHour    time.Time
+	LastDay     time.Time
+	Coins       map[string]*coinState
+}
+
+func (e *Engine) stateKey() string { return "market:state:" + e.cfg.Feed.Name() }
+
+// fingerprint identifies the feed's configuration: a saved state from
+// another one (another seed, another universe) is not reused.
+func (e *Engine) fingerprint() string {
+	if s, ok := e.cfg.Feed.(fmt.Stringer); ok {
+		return s.String()
+	}
+	return e.cfg.Feed.Name()
+}
+
+// Load restores the saved state (or backfills history from the feed on a
+// first start), fills any gap since the last run, takes the first quotes
+// and publishes the first snapshot.
+func (e *Engine) Load(ctx context.Context) error {
+	start := time.Now()
+	now := e.cfg.Clock().UTC()
+	universe, err := e.cfg.Feed.Universe(ctx)
+	if err != nil {
+		return fmt.Errorf("feed universe: %w", err)
+	}
+	saved := e.loadState(ctx)
+	var missing []coinpulse.CoinInfo
+	for _, info := range universe {
+		e.order = append(e.order, info.ID)
+		if c := saved.Coins[info.ID]; c != nil {
+			c.Info = info
+			e.coins[info.ID] = c
+		} else {
+			missing = append(missing, info)
+		}
+	}
+	e.lastHour, e.lastDay = saved.LastHour, saved.LastDay
+	hour, day := now.Truncate(time.Hour), now.Truncate(24*time.Hour)
+	if len(e.coins) > 0 && e.lastHour.Before(hour) {
+		// Fill the gap since the last run for the coins we know.
+		var known []coinpulse.CoinInfo
+		for _, id := range e.order {
+			if c := e.coins[id]; c != nil {
+				known = append(known, c.Info)
+			}
+		}
+		if err := e.backfill(ctx, known, e.lastHour.Add(time.Hour), e.lastDay.Add(24*time.Hour), now); err != nil {
+			return err
+		}
+	}
+	if len(missing) > 0 {
+		e.cfg.Log.Info("backfilling history", "coins", len(missing), "feed", e.cfg.Feed.Name())
+		for _, info := range missing {
+			e.coins[info.ID] = newCoinState(info)
+		}
+		if err := e.backfill(ctx, missing, now.Add(-HourlyWindow), time.Time{}, now); err != nil {
+			return err
+		}
+	}
+	e.lastHour, e.lastDay = hour, day
+	if err := e.tick(ctx, now); err != nil {
+		return err
+	}
+	if err := e.saveState(ctx); err != nil {
+		return err
+	}
+	e.cfg.Log.Info("market data ready", "feed", e.cfg.Feed.Name(), "simulated", e.cfg.Feed.Simulated(),
+		"coins", len(e.coins), "backfilled", len(missing), "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+func (e *Engine) loadState(ctx context.Context) savedState {
+	var s savedState
+	blob, err := e.cfg.Store.GetKV(ctx, e.stateKey())
+	if err != nil {
+		if !coinpulse.IsNotFound(err) {
+			e.cfg.Log.Warn("market state unreadable; backfilling", "err", err)
+		}
+		return savedState{}
+	}
+	if err := gob.NewDecoder(bytes.NewReader(blob)).Decode(&s); err != nil || s.Fingerprint != e.fingerprint() {
+		e.cfg.Log.Info("market state is from another feed configuration; backfilling", "err", err)
+		return savedState{}
+	}
+	return s
+}
+
+func (e *Engine) saveState(ctx context.Context) error {
+	var buf bytes.Buffer
+	s := savedState{Fingerprint: e.fingerprint(), LastHour: e.lastHour, LastDay: e.lastDay, Coins: e.coins}
+	if err := gob.NewEncoder(&buf).Encode(&s); err != nil {
+		return fmt.Errorf("encode market state: %w", err)
+	}
+	return e.cfg.Store.PutKV(ctx, e.stateKey(), buf.Bytes())
+}
+
+// backfill asks the feed for the coins' hourly points from hourlyFrom and
+// daily points from dailyFrom (zero: each coin's listing) up to now, and
+// stores them. Coins are computed by two workers while the store writes
+// batches, so the feed and the database work at once.
+func (e *Engine) backfill(ctx context.Context, coins []coinpulse.CoinInfo, hourlyFrom, dailyFrom, now time.Time) error {
+	type result struct {
+		hourly, daily coinpulse.Series
+		err           error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	jobs := make(chan coinpulse.CoinInfo)
+	results := make(chan result, 64)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for info := range jobs {
+				var r result
+				r.hourly.CoinID, r.daily.CoinID = info.ID, info.ID
+				r.hourly.Points, r.err = e.cfg.Feed.History(ctx, info, coinpulse.Hourly, hourlyFrom, now)
+				if r.err == nil {
+					from := dailyFrom
+					if from.IsZero() {
+						from = info.ListedAt
+					}
+					r.daily.Points, r.err = e.cfg.Feed.History(ctx, info, coinpulse.Daily, from, now)
+				}
+				select {
+				case results <- r:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		defer close(jobs)
+		for _, info := range coins {
+			select {
+			case jobs <- info:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go func() { wg.Wait(); close(results) }()
+
+	var hourly, daily []coinpulse.Series
+	points := 0
+	flush := func() error {
+		if err := e.cfg.Store.PutHistory(ctx, coinpulse.Hourly, hourly); err != nil {
+			return fmt.Errorf("store hourly history: %w", err)
+		}
+		if err := e.cfg.Store.PutHistory(ctx, coinpulse.Daily, daily); err != nil {
+			return fmt.Errorf("store daily history: %w", err)
+		}
+		hourly, daily, points = hourly[:0], daily[:0], 0
+		return nil
+	}
+	for r := range results {
+		if r.err != nil {
+			return fmt.Errorf("feed history of %s: %w", r.hourly.CoinID, r.err)
+		}
+		c := e.coins[r.hourly.CoinID]
+		for _, p := range r.daily.Points {
+			c.addPoint(coinpulse.Daily, p)
+		}
+		for _, p := range r.hourly.Points {
+			c.addPoint(coinpulse.Hourly, p)
+		}
+		hourly, daily = append(hourly, r.hourly), append(daily, r.daily)
+		points += len(r.hourly.Points) + len(r.daily.Points)
+		if points >= 200_000 {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return flush()
+}
+
+// Run quotes the feed every Refresh until ctx ends, then saves the state.
+func (e *Engine) Run(ctx context.Context) error {
+	t := time.NewTicker(e.cfg.Refresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			save, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			return e.saveState(save)
+		case <-t.C:
+			if err := e.tick(ctx, e.cfg.Clock().UTC()); err != nil && !errors.Is(err, context.Canceled) {
+				e.cfg.Log.Error("market refresh failed", "err", err)
+			}
+		}
+	}
+}
+
+// tick takes quotes at now, rolls hourly and daily points up when a
+// boundary has passed, and publishes a new snapshot.
+func (e *Engine) tick(ctx context.Context, now time.Time) error {
+	quotes, err := e.cfg.Feed.Quotes(ctx, now)
+	if err != nil {
+		return fmt.Errorf("feed quotes: %w", err)
+	}
+	for _, q := range quotes {
+		if c := e.coins[q.CoinID]; c != nil {
+			c.apply(q)
+		}
+	}
+	if err := e.rollup(ctx, now); err != nil {
+		return err
+	}
+	e.publish(now)
+	return nil
+}
+
+// rollup records an hourly point when the hour has turned and a daily one
+// when the day has, from the latest quotes; a gap of more than one step
+// (the process was stopped) is filled from the feed's history.
+func (e *Engine) rollup(ctx context.Context, now time.Time) error {
+	hour, day := now.Truncate(time.Hour), now.Truncate(24*time.Hour)
+	if !hour.After(e.lastHour) {
+		return nil
+	}
+	if hour.Sub(e.lastHour) > time.Hour || day.Sub(e.lastDay) > 24*time.Hour {
+		var infos []coinpulse.CoinInfo
+		for _, id := range e.order {
+			infos = append(infos, e.coins[id].Info)
+		}
+		if err := e.backfill(ctx, infos, e.lastHour.Add(time.Hour), e.lastDay.Add(24*time.Hour), hour); err != nil {
+			return err
+		}
+	} else {
+		var hourly, daily []coinpulse.Series
+		for _, id := range e.order {
+			c := e.coins[id]
+			if !c.HasQuote {
+				continue
+			}
+			p := coinpulse.HistoryPoint{Timestamp: hour, Price: c.Price, MarketCap: c.MarketCap, TotalVolume: c.Volume}
+			c.addPoint(coinpulse.Hourly, p)
+			hourly = append(hourly, coinpulse.Series{CoinID: id, Points: []coinpulse.HistoryPoint{p}})
+			if day.After(e.lastDay) {
+				p.Timestamp = day
+				c.addPoint(coinpulse.Daily, p)
+				daily = append(daily, coinpulse.Series{CoinID: id, Points: []coinpulse.HistoryPoint{p}})
+			}
+		}
+		if err := e.cfg.Store.PutHistory(ctx, coinpulse.Hourly, hourly); err != nil {
+			return fmt.Errorf("roll up hourly history: %w", err)
+		}
+		if err := e.cfg.Store.PutHistory(ctx, coinpulse.Daily, daily); err != nil {
+			return fmt.Errorf("roll up daily history: %w", err)
+		}
+	}
+	if day.After(e.lastDay) {
+		if err := e.cfg.Store.PruneHistory(ctx, coinpulse.Hourly, now.Add(-HourlyWindow-time.Hour)); err != nil {
+			return fmt.Errorf("prune hourly history: %w", err)
+		}
+	}
+	e.lastHour, e.lastDay = hour, day
+	return e.saveState(ctx)
+}
+
+// publish builds a snapshot from the coins' state and makes it current.
+func (e *Engine) publish(now time.Time) {
+	details := make([]coinpulse.CoinDetail, 0, len(e.order))
+	for _, id := range e.order {
+		if c := e.coins[id]; c.HasQuote {
+			details = append(details, c.detail(now))
+		}
+	}
+	e.seq++
+	s := Build(snapshotID(now, e.seq), now, e.cfg.Feed.Name(), e.cfg.Feed.Simulated(), details, e.markets, e.cfg.MinMoverVolume)
+	e.mu.Lock()
+	if prev := e.current.Load(); prev != nil {
+		e.retained = append(e.retained, prev)
+	}
+	cut := 0
+	for cut < len(e.retained) && (now.Sub(e.retained[cut].AsOf) > e.cfg.Retain || len(e.retained)-cut > maxRetained) {
+		cut++
+	}
+	e.retained = append(e.retained[:0], e.retained[cut:]...)
+	e.current.Store(s)
+	e.mu.Unlock()
+}
+
+// History returns a coin's points at interval over the last days days (0:
+// since its listing), oldest first, ending with the current price.
+func (e *Engine) History(ctx context.Context, s *Snapshot, coinID string, days int, interval coinpulse.Interval) ([]coinpulse.HistoryPoint, error) {
+	c, ok := s.byID[coinID]
+	if !ok {
+		return nil, coinpulse.Errorf(coinpulse.CodeNotFound, "No coin %q.", coinID)
+	}
+	from := c.HistoryStart
+	if days > 0 {
+		from = s.AsOf.Add(-time.Duration(days) * 24 * time.Hour)
+	}
+	pts, err := e.cfg.Store.History(ctx, coinID, interval, from, s.AsOf)
+	if err != nil {
+		return nil, err
+	}
+	if n := len(pts); n == 0 || pts[n-1].Timestamp.Before(c.LastUpdated) {
+		pts = append(pts, coinpulse.HistoryPoint{Timestamp: c.LastUpdated, Price: c.CurrentPrice, MarketCap: c.MarketCap, TotalVolume: c.TotalVolume})
+	}
+	return pts, nil
+}

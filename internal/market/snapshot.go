@@ -1,0 +1,266 @@
+// Package market holds the market data that responses are made of: an
+// immutable Snapshot per refresh (orderings, search, movers, lookups built
+// once) and the Engine that feeds it, rolls history up and persists it.
+package market
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"coinpulse"
+)
+
+// Order is a sort order of GET /markets.
+type Order string
+
+// The orders GET /markets accepts.
+const (
+	MarketCapDesc Order = "market_cap_desc"
+	MarketCapAsc  Order = "market_cap_asc"
+	VolumeDesc    Order = "volume_desc"
+	PriceDesc     Order = "price_desc"
+)
+
+// Orders lists the valid orders, the default first.
+var Orders = []Order{MarketCapDesc, MarketCapAsc, VolumeDesc, PriceDesc}
+
+// Snapshot is the market as of one refresh. It never changes once built,
+// so handlers read it without locks.
+type Snapshot struct {
+	ID        string
+	AsOf      time.Time
+	Feed      string
+	Simulated bool
+	Global    coinpulse.GlobalStats
+	// MinMoverVolume is the 24 h volume floor for top movers, in USD.
+	MinMoverVolume float64
+
+	coins    []*coinpulse.CoinDetail // by market_cap_rank
+	byID     map[string]*coinpulse.CoinDetail
+	bySymbol map[string][]*coinpulse.CoinDetail // by market_cap_rank
+	orders   map[Order][]*coinpulse.CoinDetail
+	gainers  []*coinpulse.CoinDetail // by 24 h change, descending
+	lower    []searchKey              // parallel to coins
+
+	memo      sync.Map
+	memoCount atomic.Int32
+}
+
+type searchKey struct{ symbol, name string }
+
+// maxMemo bounds how many encoded responses one snapshot keeps, so that a
+// client walking every page size cannot grow memory without end.
+const maxMemo = 512
+
+// Build makes a snapshot of details (ranked here by market cap, ties by id).
+func Build(id string, asOf time.Time, feed string, simulated bool, details []coinpulse.CoinDetail, markets *int, minMoverVolume float64) *Snapshot {
+	s := &Snapshot{
+		ID: id, AsOf: asOf, Feed: feed, Simulated: simulated, MinMoverVolume: minMoverVolume,
+		coins:    make([]*coinpulse.CoinDetail, len(details)),
+		byID:     make(map[string]*coinpulse.CoinDetail, len(details)),
+		bySymbol: make(map[string][]*coinpulse.CoinDetail, len(details)),
+		orders:   make(map[Order][]*coinpulse.CoinDetail, len(Orders)),
+	}
+	for i := range details {
+		s.coins[i] = &details[i]
+	}
+	slices.SortFunc(s.coins, func(a, b *coinpulse.CoinDetail) int {
+		if c := cmp.Compare(b.MarketCap, a.MarketCap); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	s.lower = make([]searchKey, len(s.coins))
+	for i, c := range s.coins {
+		c.MarketCapRank = i + 1
+		s.byID[c.ID] = c
+		s.bySymbol[c.Symbol] = append(s.bySymbol[c.Symbol], c)
+		s.lower[i] = searchKey{strings.ToLower(c.Symbol), strings.ToLower(c.Name)}
+	}
+	byRank := func(a, b *coinpulse.CoinDetail) int { return a.MarketCapRank - b.MarketCapRank }
+	sorted := func(key func(a, b *coinpulse.CoinDetail) int) []*coinpulse.CoinDetail {
+		out := slices.Clone(s.coins)
+		slices.SortStableFunc(out, func(a, b *coinpulse.CoinDetail) int {
+			if c := key(a, b); c != 0 {
+				return c
+			}
+			return byRank(a, b)
+		})
+		return out
+	}
+	s.orders[MarketCapDesc] = s.coins
+	s.orders[MarketCapAsc] = sorted(func(a, b *coinpulse.CoinDetail) int { return cmp.Compare(a.MarketCap, b.MarketCap) })
+	s.orders[VolumeDesc] = sorted(func(a, b *coinpulse.CoinDetail) int { return cmp.Compare(b.TotalVolume, a.TotalVolume) })
+	s.orders[PriceDesc] = sorted(func(a, b *coinpulse.CoinDetail) int { return cmp.Compare(b.CurrentPrice, a.CurrentPrice) })
+
+	for _, c := range s.coins {
+		if c.PriceChangePercentage24h != nil && c.TotalVolume >= minMoverVolume {
+			s.gainers = append(s.gainers, c)
+		}
+	}
+	slices.SortStableFunc(s.gainers, func(a, b *coinpulse.CoinDetail) int {
+		return cmp.Compare(*b.PriceChangePercentage24h, *a.PriceChangePercentage24h)
+	})
+	s.Global = global(s.coins, markets)
+	return s
+}
+
+func global(coins []*coinpulse.CoinDetail, markets *int) coinpulse.GlobalStats {
+	g := coinpulse.GlobalStats{ActiveCryptocurrencies: len(coins), Markets: markets}
+	var before float64
+	known := true
+	for _, c := range coins {
+		g.TotalMarketCap += c.MarketCap
+		g.TotalVolume24h += c.TotalVolume
+		if c.MarketCapChange24h == nil {
+			known = false
+		} else {
+			before += c.MarketCap - *c.MarketCapChange24h
+		}
+	}
+	share := func(id string) *float64 {
+		for _, c := range coins {
+			if c.ID == id && g.TotalMarketCap > 0 {
+				v := c.MarketCap / g.TotalMarketCap * 100
+				return &v
+			}
+		}
+		return nil
+	}
+	g.BitcoinDominance = share("bitcoin")
+	g.EthereumDominance = share("ethereum")
+	if known && before > 0 {
+		v := (g.TotalMarketCap - before) / before * 100
+		g.MarketCapChangePercentage24h = &v
+	}
+	return g
+}
+
+// Len returns the number of coins.
+func (s *Snapshot) Len() int { return len(s.coins) }
+
+// Page returns page (1-based) of perPage items in order, and the total
+// number of pages. A page past the end is empty.
+func (s *Snapshot) Page(order Order, page, perPage int) (items []*coinpulse.CoinDetail, totalPages int) {
+	all := s.orders[order]
+	totalPages = (len(all) + perPage - 1) / perPage
+	start := (page - 1) * perPage
+	if page < 1 || start >= len(all) {
+		return nil, totalPages
+	}
+	return all[start:min(start+perPage, len(all))], totalPages
+}
+
+// Search matches q case-insensitively on symbol or name: exact symbol,
+// exact name, prefix, substring, each by market cap rank.
+func (s *Snapshot) Search(q string, limit int) []*coinpulse.CoinDetail {
+	q = strings.ToLower(q)
+	var buckets [4][]*coinpulse.CoinDetail
+	for i, k := range s.lower {
+		var b int
+		switch {
+		case k.symbol == q:
+			b = 0
+		case k.name == q:
+			b = 1
+		case strings.HasPrefix(k.symbol, q) || strings.HasPrefix(k.name, q):
+			b = 2
+		case strings.Contains(k.symbol, q) || strings.Contains(k.name, q):
+			b = 3
+		default:
+			continue
+		}
+		if len(buckets[b]) < limit {
+			buckets[b] = append(buckets[b], s.coins[i])
+		}
+	}
+	out := make([]*coinpulse.CoinDetail, 0, limit)
+	for _, b := range buckets {
+		out = append(out, b[:min(len(b), limit-len(out))]...)
+	}
+	return out
+}
+
+// Gainers returns up to limit coins with a positive 24 h change, largest
+// first; Losers the negative ones, largest fall first. Both leave out coins
+// under MinMoverVolume.
+func (s *Snapshot) Gainers(limit int) []*coinpulse.CoinDetail {
+	out := make([]*coinpulse.CoinDetail, 0, limit)
+	for _, c := range s.gainers {
+		if len(out) == limit || *c.PriceChangePercentage24h <= 0 {
+			break
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// Losers: see Gainers.
+func (s *Snapshot) Losers(limit int) []*coinpulse.CoinDetail {
+	out := make([]*coinpulse.CoinDetail, 0, limit)
+	for i := len(s.gainers) - 1; i >= 0 && len(out) < limit; i-- {
+		c := s.gainers[i]
+		if *c.PriceChangePercentage24h >= 0 {
+			break
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// Lookup resolves an id (exact, then lower-cased) or else a symbol
+// (case-insensitive, the highest market cap wins). The result is a copy
+// with ResolvedBy and Alternatives filled in; ok is false when nothing
+// matches.
+func (s *Snapshot) Lookup(idOrSymbol string) (d coinpulse.CoinDetail, ok bool) {
+	c, by := s.byID[idOrSymbol], "id"
+	if c == nil {
+		c = s.byID[strings.ToLower(idOrSymbol)]
+	}
+	if c == nil {
+		if same := s.bySymbol[strings.ToLower(idOrSymbol)]; len(same) > 0 {
+			c, by = same[0], "symbol"
+		}
+	}
+	if c == nil {
+		return d, false
+	}
+	d = *c
+	d.ResolvedBy = by
+	d.Alternatives = []coinpulse.CoinRef{}
+	for _, o := range s.bySymbol[c.Symbol] {
+		if o != c {
+			d.Alternatives = append(d.Alternatives, coinpulse.CoinRef{ID: o.ID, Name: o.Name, MarketCapRank: o.MarketCapRank})
+		}
+	}
+	return d, true
+}
+
+// Memo returns the bytes stored under key, building and keeping them on
+// first use (up to a bound per snapshot; past it, build runs every time).
+// A failed build is returned and not kept.
+func (s *Snapshot) Memo(key string, build func() ([]byte, error)) ([]byte, error) {
+	if v, ok := s.memo.Load(key); ok {
+		return v.([]byte), nil
+	}
+	b, err := build()
+	if err != nil {
+		return nil, err
+	}
+	if s.memoCount.Add(1) <= maxMemo {
+		if v, loaded := s.memo.LoadOrStore(key, b); loaded {
+			return v.([]byte), nil
+		}
+	}
+	return b, nil
+}
+
+// snapshotID renders a snapshot's opaque id.
+func snapshotID(asOf time.Time, seq uint64) string {
+	return strconv.FormatInt(asOf.Unix(), 36) + "-" + strconv.FormatUint(seq, 36)
+}

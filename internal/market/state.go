@@ -1,0 +1,169 @@
+package market
+
+import (
+	"math"
+	"time"
+
+	"coinpulse"
+)
+
+// coinState is the engine's running record of one coin: its latest quote,
+// the recent hourly and daily points that the 24 h, 7 d, 30 d and 1 y
+// figures need, and its all-time extremes. Fields are exported for gob.
+type coinState struct {
+	Info                 coinpulse.CoinInfo
+	Price, MarketCap     float64
+	Volume               float64
+	Updated              time.Time
+	Hourly               ring // prices and market caps, the last 26 hours
+	Daily                ring // prices, the last 366 days
+	ATH, ATL             float64
+	ATHDate, ATLDate     time.Time
+	HasQuote, HasExtreme bool
+}
+
+// ring is a run of evenly spaced points starting at Start (Unix seconds).
+type ring struct {
+	Start int64
+	Step  int64
+	Price []float64
+	Cap   []float64
+}
+
+// add appends a point at t (Unix seconds, on the step), filling nothing:
+// a point before the end replaces the one at its slot, a point past a gap
+// restarts the ring.
+func (r *ring) add(t int64, price, mcap float64, keep int) {
+	switch {
+	case len(r.Price) == 0 || t < r.Start:
+		r.Start, r.Price, r.Cap = t, r.Price[:0], r.Cap[:0]
+	case t < r.Start+int64(len(r.Price))*r.Step:
+		i := (t - r.Start) / r.Step
+		r.Price[i], r.Cap[i] = price, mcap
+		return
+	case t != r.Start+int64(len(r.Price))*r.Step:
+		r.Start, r.Price, r.Cap = t, r.Price[:0], r.Cap[:0]
+	}
+	r.Price = append(r.Price, price)
+	r.Cap = append(r.Cap, mcap)
+	if extra := len(r.Price) - keep; extra > 0 {
+		r.Price = append(r.Price[:0], r.Price[extra:]...)
+		r.Cap = append(r.Cap[:0], r.Cap[extra:]...)
+		r.Start += int64(extra) * r.Step
+	}
+}
+
+// at returns the last point at or before t.
+func (r *ring) at(t int64) (price, mcap float64, ok bool) {
+	if len(r.Price) == 0 || t < r.Start {
+		return 0, 0, false
+	}
+	i := min(int((t-r.Start)/r.Step), len(r.Price)-1)
+	return r.Price[i], r.Cap[i], true
+}
+
+const (
+	keepHourly = 26
+	keepDaily  = 367
+)
+
+func newCoinState(info coinpulse.CoinInfo) *coinState {
+	return &coinState{Info: info, Hourly: ring{Step: 3600}, Daily: ring{Step: 86400}}
+}
+
+// observe updates the extremes with a price seen at t.
+func (c *coinState) observe(price float64, t time.Time) {
+	if !c.HasExtreme || price > c.ATH {
+		c.ATH, c.ATHDate = price, t
+	}
+	if !c.HasExtreme || price < c.ATL {
+		c.ATL, c.ATLDate = price, t
+	}
+	c.HasExtreme = true
+}
+
+// addPoint records a history point in the rings and extremes.
+func (c *coinState) addPoint(interval coinpulse.Interval, p coinpulse.HistoryPoint) {
+	c.observe(p.Price, p.Timestamp)
+	if interval == coinpulse.Hourly {
+		c.Hourly.add(p.Timestamp.Unix(), p.Price, p.MarketCap, keepHourly)
+	} else {
+		c.Daily.add(p.Timestamp.Unix(), p.Price, p.MarketCap, keepDaily)
+	}
+}
+
+// apply takes a new quote.
+func (c *coinState) apply(q coinpulse.Quote) {
+	c.Price, c.Volume, c.Updated, c.HasQuote = q.Price, q.TotalVolume, q.Time, true
+	c.MarketCap = q.MarketCap
+	if c.MarketCap == 0 {
+		c.MarketCap = q.Price * c.Info.CirculatingSupply
+	}
+	c.observe(q.Price, q.Time)
+}
+
+func ptr(v float64) *float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
+}
+
+func pct(now, then float64) *float64 {
+	if then == 0 {
+		return nil
+	}
+	return ptr((now - then) / then * 100)
+}
+
+// detail computes the coin's figures as of now.
+func (c *coinState) detail(now time.Time) coinpulse.CoinDetail {
+	d := coinpulse.CoinDetail{
+		MarketItem: coinpulse.MarketItem{
+			ID: c.Info.ID, Symbol: c.Info.Symbol, Name: c.Info.Name,
+			CurrentPrice: c.Price, MarketCap: c.MarketCap,
+			TotalVolume: c.Volume, Volume24h: c.Volume,
+			CirculatingSupply: c.Info.CirculatingSupply,
+			ATH:               c.ATH, ATL: c.ATL,
+			LastUpdated:       c.Updated,
+		},
+		ATHDate: c.ATHDate, ATLDate: c.ATLDate,
+		TotalSupply: c.Info.TotalSupply, MaxSupply: c.Info.MaxSupply,
+		HistoryStart: c.Info.ListedAt,
+	}
+	if c.ATH > 0 {
+		d.ATHChangePercentage = (c.Price - c.ATH) / c.ATH * 100
+	}
+	if c.ATL > 0 {
+		d.ATLChangePercentage = (c.Price - c.ATL) / c.ATL * 100
+	}
+	day := now.Add(-24 * time.Hour).Unix()
+	if p, m, ok := c.Hourly.at(day); ok {
+		d.PriceChange24h = ptr(c.Price - p)
+		d.PriceChangePercentage24h = pct(c.Price, p)
+		d.MarketCapChange24h = ptr(c.MarketCap - m)
+		d.MarketCapChangePercentage24h = pct(c.MarketCap, m)
+		hi, lo := c.Price, c.Price
+		for i, v := range c.Hourly.Price {
+			if c.Hourly.Start+int64(i)*c.Hourly.Step > day {
+				hi, lo = max(hi, v), min(lo, v)
+			}
+		}
+		d.High24h, d.Low24h = &hi, &lo
+	}
+	for _, lb := range []struct {
+		days int
+		dst  **float64
+	}{{7, &d.PriceChangePercentage7d}, {30, &d.PriceChangePercentage30d}, {365, &d.PriceChangePercentage1y}} {
+		if p, _, ok := c.Daily.at(now.AddDate(0, 0, -lb.days).Unix()); ok {
+			*lb.dst = pct(c.Price, p)
+		}
+	}
+	switch {
+	case c.Info.MaxSupply != nil:
+		d.FullyDilutedValuation = ptr(c.Price * *c.Info.MaxSupply)
+	case c.Info.TotalSupply != nil:
+		d.FullyDilutedValuation = ptr(c.Price * *c.Info.TotalSupply)
+	}
+	return d
+}
