@@ -1,0 +1,511 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"coinpulse"
+	"coinpulse/internal/feed/sim"
+	"coinpulse/internal/market"
+)
+
+func TestEnvelopeAndPagination(t *testing.T) {
+	srv := testServer(t)
+	key := proKey(t)
+	res := do(t, srv, "GET", "/api/v1/markets?per_page=7&page=2", key)
+	items := decode[[]map[string]any](t, res)
+	if len(items) != 7 {
+		t.Fatalf("got %d items, want 7", len(items))
+	}
+	for _, f := range []string{"current_page", "total_pages", "total_results", "page", "per_page", "total", "as_of", "snapshot", "feed", "simulated"} {
+		if _, ok := res.Meta[f]; !ok {
+			t.Errorf("meta lacks %s: %v", f, res.Meta)
+		}
+	}
+	if res.Meta["current_page"] != 2.0 || res.Meta["page"] != 2.0 || res.Meta["per_page"] != 7.0 || res.Meta["total"] != res.Meta["total_results"] {
+		t.Errorf("pagination meta %v", res.Meta)
+	}
+	if res.Meta["total_pages"] != float64((1000+6)/7) || res.Meta["total"] != 1000.0 {
+		t.Errorf("totals %v, want 1000 coins in %d pages", res.Meta, (1000+6)/7)
+	}
+	for _, f := range []string{"id", "symbol", "name", "current_price", "market_cap", "market_cap_rank", "total_volume", "volume_24h", "price_change_24h", "price_change_percentage_24h", "circulating_supply", "ath", "atl", "last_updated"} {
+		if _, ok := items[0][f]; !ok {
+			t.Errorf("item lacks %s: %v", f, items[0])
+		}
+	}
+	if items[0]["volume_24h"] != items[0]["total_volume"] {
+		t.Errorf("volume_24h %v != total_volume %v", items[0]["volume_24h"], items[0]["total_volume"])
+	}
+	if items[0]["market_cap_rank"] != 8.0 {
+		t.Errorf("first item of page 2 has rank %v, want 8", items[0]["market_cap_rank"])
+	}
+	if cc := res.Header.Get("Cache-Control"); !strings.HasPrefix(cc, "private, max-age=") {
+		t.Errorf("Cache-Control %q", cc)
+	}
+}
+
+func TestRequestID(t *testing.T) {
+	srv := testServer(t)
+	for _, tc := range []struct {
+		in   string
+		echo bool
+	}{
+		{"abc-123_X.y", true},
+		{strings.Repeat("a", 128), true},
+		{strings.Repeat("a", 129), false},
+		{"has space", false},
+		{"bad/slash", false},
+		{"", false},
+	} {
+		res := do(t, srv, "GET", "/healthz", "", "X-Request-Id", tc.in)
+		got := res.Header.Get("X-Request-Id")
+		if (got == tc.in) != tc.echo || got == "" {
+			t.Errorf("X-Request-Id %q → %q, echo=%v", tc.in, got, tc.echo)
+		}
+	}
+	a := do(t, srv, "GET", "/healthz", "").Header.Get("X-Request-Id")
+	b := do(t, srv, "GET", "/healthz", "").Header.Get("X-Request-Id")
+	if a == b {
+		t.Errorf("two generated request ids are equal: %q", a)
+	}
+}
+
+func TestPrefixesAndAliases(t *testing.T) {
+	srv := testServer(t)
+	key := proKey(t)
+	snap := shared.engine.Current().ID
+	a := do(t, srv, "GET", "/api/v1/markets?per_page=5&snapshot="+snap, key)
+	b := do(t, srv, "GET", "/v1/markets?per_page=5&snapshot="+snap, key)
+	if !bytes.Equal(a.Data, b.Data) {
+		t.Errorf("/api/v1 and /v1 differ:\n%s\n%s", a.Data, b.Data)
+	}
+	c := decode[map[string]any](t, do(t, srv, "GET", "/api/v1/coins/bitcoin", key))
+	d := decode[map[string]any](t, do(t, srv, "GET", "/v1/markets/bitcoin", key))
+	if c["id"] != "bitcoin" || d["id"] != "bitcoin" || c["name"] != d["name"] {
+		t.Errorf("/coins/bitcoin %v vs /markets/bitcoin %v", c["id"], d["id"])
+	}
+	h := decode[historyData](t, do(t, srv, "GET", "/api/v1/markets/ethereum/history?days=7", key))
+	if h.ID != "ethereum" || len(h.Points) < 7 {
+		t.Errorf("/markets/ethereum/history: id %s, %d points", h.ID, len(h.Points))
+	}
+	// The fixed paths win over the {id} alias.
+	if g := decode[map[string]any](t, do(t, srv, "GET", "/api/v1/markets/global", key)); g["total_market_cap"] == nil {
+		t.Errorf("/markets/global answered %v", g)
+	}
+}
+
+func TestUnroutedRequests(t *testing.T) {
+	srv := testServer(t)
+	key := proKey(t)
+	wantError(t, do(t, srv, "GET", "/api/v2/markets", key), 404, coinpulse.CodeNotFound)
+	wantError(t, do(t, srv, "GET", "/nope", ""), 404, coinpulse.CodeNotFound)
+	wantError(t, do(t, srv, "GET", "/api/v1/portfolio-nope", key), 404, coinpulse.CodeNotFound)
+	res := do(t, srv, "POST", "/api/v1/markets", key)
+	wantError(t, res, 405, coinpulse.CodeMethodNotAllowed)
+	if allow := res.Header.Get("Allow"); !strings.Contains(allow, "GET") {
+		t.Errorf("Allow %q", allow)
+	}
+	wantError(t, do(t, srv, "DELETE", "/v1/coins/bitcoin", key), 405, coinpulse.CodeMethodNotAllowed)
+	// HEAD is served wherever GET is.
+	req := httptest.NewRequest("HEAD", "/healthz", nil)
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, req)
+	if rec.Code != 200 {
+		t.Errorf("HEAD /healthz = %d", rec.Code)
+	}
+}
+
+func TestAuthentication(t *testing.T) {
+	srv := testServer(t)
+	u := newUser(t, coinpulse.TierPro, nil)
+	key, rec := newKey(t, u, coinpulse.ModeLive, rw, nil)
+	testKey, _ := newKey(t, u, coinpulse.ModeTest, rw, nil)
+	other, _ := newKey(t, u, coinpulse.ModeLive, rw, nil)
+	unknown, _ := coinpulse.GenerateKey(coinpulse.ModeLive)
+	typo := key[:20] + string(rune(key[20]^1)) + key[21:]
+	past := time.Now().Add(-time.Hour)
+	expiredKey, _ := newKey(t, u, coinpulse.ModeLive, rw, &past)
+
+	ok := func(res *response) {
+		t.Helper()
+		if res.Status != 200 {
+			t.Fatalf("status %d: %s", res.Status, res.Raw)
+		}
+	}
+	ok(do(t, srv, "GET", "/api/v1/markets/global", key))
+	ok(do(t, srv, "GET", "/api/v1/markets/global", testKey))
+	ok(do(t, srv, "GET", "/api/v1/markets/global", "", "X-API-Key", key))
+	ok(do(t, srv, "GET", "/api/v1/markets/global", key, "X-API-Key", key))
+	for name, res := range map[string]*response{
+		"missing":           do(t, srv, "GET", "/api/v1/markets/global", ""),
+		"malformed":         do(t, srv, "GET", "/api/v1/markets/global", "sk_live_short"),
+		"typo":              do(t, srv, "GET", "/api/v1/markets/global", typo),
+		"unknown":           do(t, srv, "GET", "/api/v1/markets/global", unknown),
+		"expired key":       do(t, srv, "GET", "/api/v1/markets/global", expiredKey),
+		"two different":     do(t, srv, "GET", "/api/v1/markets/global", key, "X-API-Key", other),
+		"basic auth scheme": do(t, srv, "GET", "/api/v1/markets/global", "", "Authorization", "Basic Zm9vOmJhcg=="),
+	} {
+		t.Run(name, func(t *testing.T) {
+			wantError(t, res, 401, coinpulse.CodeInvalidAPIKey)
+			if strings.Contains(string(res.Raw), key[8:]) {
+				t.Error("the error echoes the key")
+			}
+		})
+	}
+
+	// A revocation (here through the store, as the CLI or another node
+	// would) fails the key once the epoch poll has run.
+	if err := shared.store.RevokeKey(context.Background(), u.ID, rec.ID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		res := do(t, srv, "GET", "/api/v1/markets/global", key)
+		if res.Status == 401 {
+			wantError(t, res, 401, coinpulse.CodeInvalidAPIKey)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("revoked key still accepted after 5 s: %d", res.Status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ok(do(t, srv, "GET", "/api/v1/markets/global", other))
+}
+
+func TestTiersAndExpiry(t *testing.T) {
+	srv := testServer(t)
+	free, _ := newKey(t, newUser(t, coinpulse.TierFree, nil), coinpulse.ModeLive, rw, nil)
+	for _, path := range []string{"/api/v1/markets", "/api/v1/markets/search?q=bit", "/api/v1/markets/global", "/api/v1/coins/bitcoin", "/v1/markets/bitcoin"} {
+		if res := do(t, srv, "GET", path, free); res.Status != 200 {
+			t.Errorf("free tier GET %s = %d, want 200 (basic endpoint)", path, res.Status)
+		}
+	}
+	for _, path := range []string{"/api/v1/markets/top-movers", "/api/v1/coins/bitcoin/history", "/v1/markets/bitcoin/history"} {
+		res := do(t, srv, "GET", path, free)
+		wantError(t, res, 403, coinpulse.CodePermissionDenied)
+		if !strings.Contains(res.Error.Message, "/user/api") || !strings.Contains(res.Error.Message, "premium") {
+			t.Errorf("free tier message does not prompt an upgrade at /user/api: %q", res.Error.Message)
+		}
+	}
+
+	past := time.Now().Add(-time.Minute)
+	expired, _ := newKey(t, newUser(t, coinpulse.TierPremium, &past), coinpulse.ModeLive, rw, nil)
+	res := do(t, srv, "GET", "/api/v1/markets", expired)
+	wantError(t, res, 403, coinpulse.CodeExpiredSubscription)
+	future := time.Now().Add(time.Hour)
+	current, _ := newKey(t, newUser(t, coinpulse.TierPremium, &future), coinpulse.ModeLive, rw, nil)
+	if res := do(t, srv, "GET", "/api/v1/markets/top-movers", current); res.Status != 200 {
+		t.Errorf("premium before expiry: %d %s", res.Status, res.Raw)
+	}
+
+	readOnly, _ := newKey(t, newUser(t, coinpulse.TierPro, nil), coinpulse.ModeLive, coinpulse.Permissions{Read: true}, nil)
+	if res := do(t, srv, "GET", "/api/v1/markets", readOnly); res.Status != 200 {
+		t.Errorf("read-only key on a read endpoint: %d", res.Status)
+	}
+	writeOnly, _ := newKey(t, newUser(t, coinpulse.TierPro, nil), coinpulse.ModeLive, coinpulse.Permissions{Write: true}, nil)
+	wantError(t, do(t, srv, "GET", "/api/v1/markets", writeOnly), 403, coinpulse.CodePermissionDenied)
+}
+
+func TestValidation(t *testing.T) {
+	srv := testServer(t)
+	key := proKey(t)
+	for _, tc := range []struct{ path, field string }{
+		{"/api/v1/markets?per_page=0", "per_page"},
+		{"/api/v1/markets?per_page=251", "per_page"},
+		{"/api/v1/markets?per_page=abc", "per_page"},
+		{"/api/v1/markets?page=0", "page"},
+		{"/api/v1/markets?page=-1", "page"},
+		{"/api/v1/markets?page=99999999999999999999", "page"},
+		{"/api/v1/markets?order=name", "order"},
+		{"/api/v1/markets?perpage=10", "perpage"},
+		{"/api/v1/markets?page=1&page=2", "page"},
+		{"/api/v1/markets?snapshot=nope", "snapshot"},
+		{"/api/v1/markets/search", "q"},
+		{"/api/v1/markets/search?q=%20b%20", "q"},
+		{"/api/v1/markets/search?q=" + strings.Repeat("x", 101), "q"},
+		{"/api/v1/markets/search?q=btc&limit=0", "limit"},
+		{"/api/v1/markets/search?q=btc&limit=101", "limit"},
+		{"/api/v1/markets/top-movers?type=all", "type"},
+		{"/api/v1/markets/top-movers?limit=101", "limit"},
+		{"/api/v1/markets/global?x=1", "x"},
+		{"/api/v1/coins/bitcoin?x=1", "x"},
+		{"/api/v1/coins/bitcoin/history?days=2", "days"},
+		{"/api/v1/coins/bitcoin/history?interval=minutely", "interval"},
+		{"/api/v1/coins/bitcoin/history?days=365&interval=hourly", "interval"},
+		{"/api/v1/coins/bitcoin/history?days=max&interval=hourly", "interval"},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			res := do(t, srv, "GET", tc.path, key)
+			wantError(t, res, 422, coinpulse.CodeValidation)
+			if len(res.Error.Details) != 1 || res.Error.Details[0].Field != tc.field || !strings.Contains(res.Error.Message, tc.field) {
+				t.Errorf("details %+v, message %q; want field %s named", res.Error.Details, res.Error.Message, tc.field)
+			}
+		})
+	}
+}
+
+func TestMarketOrders(t *testing.T) {
+	srv := testServer(t)
+	key := proKey(t)
+	snap := shared.engine.Current().ID
+	for _, tc := range []struct {
+		order string
+		less  func(a, b coinpulse.MarketItem) bool // a must not come after b
+	}{
+		{"market_cap_desc", func(a, b coinpulse.MarketItem) bool { return a.MarketCap >= b.MarketCap }},
+		{"market_cap_asc", func(a, b coinpulse.MarketItem) bool { return a.MarketCap <= b.MarketCap }},
+		{"volume_desc", func(a, b coinpulse.MarketItem) bool { return a.TotalVolume >= b.TotalVolume }},
+		{"price_desc", func(a, b coinpulse.MarketItem) bool { return a.CurrentPrice >= b.CurrentPrice }},
+	} {
+		items := decode[[]coinpulse.MarketItem](t, do(t, srv, "GET", "/api/v1/markets?per_page=250&order="+tc.order+"&snapshot="+snap, key))
+		if len(items) != 250 {
+			t.Fatalf("%s: %d items", tc.order, len(items))
+		}
+		for i := 1; i < len(items); i++ {
+			if !tc.less(items[i-1], items[i]) {
+				t.Fatalf("%s: %s before %s", tc.order, items[i-1].ID, items[i].ID)
+			}
+		}
+	}
+	res := do(t, srv, "GET", "/api/v1/markets?page=1000&per_page=250", key)
+	if items := decode[[]coinpulse.MarketItem](t, res); len(items) != 0 || res.Meta["total"] != 1000.0 || res.Meta["total_pages"] != 4.0 {
+		t.Errorf("page past the end: %d items, meta %v", len(items), res.Meta)
+	}
+	if string(res.Data) != "[]" {
+		t.Errorf("page past the end data %s, want []", res.Data)
+	}
+}
+
+// Paging with the snapshot a first page returned never skips or repeats a
+// coin, though the engine refreshes every 200 ms meanwhile.
+func TestSnapshotPaging(t *testing.T) {
+	srv := testServer(t)
+	key := proKey(t)
+	first := do(t, srv, "GET", "/api/v1/markets?per_page=100&order=volume_desc", key)
+	snap, _ := first.Meta["snapshot"].(string)
+	seen := map[string]bool{}
+	for _, c := range decode[[]coinpulse.MarketItem](t, first) {
+		seen[c.ID] = true
+	}
+	time.Sleep(500 * time.Millisecond) // let the engine publish newer snapshots
+	if shared.engine.Current().ID == snap {
+		t.Fatal("the engine did not refresh")
+	}
+	for page := 2; page <= 10; page++ {
+		res := do(t, srv, "GET", "/api/v1/markets?per_page=100&order=volume_desc&page="+itoa(page)+"&snapshot="+snap, key)
+		if res.Meta["snapshot"] != snap {
+			t.Fatalf("page %d served snapshot %v, want %s", page, res.Meta["snapshot"], snap)
+		}
+		for _, c := range decode[[]coinpulse.MarketItem](t, res) {
+			if seen[c.ID] {
+				t.Fatalf("coin %s repeated on page %d", c.ID, page)
+			}
+			seen[c.ID] = true
+		}
+	}
+	if len(seen) != 1000 {
+		t.Errorf("paged through %d coins, want 1000", len(seen))
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func TestConditionalGet(t *testing.T) {
+	srv := testServer(t)
+	key := proKey(t)
+	snap := shared.engine.Current().ID
+	for _, path := range []string{"/api/v1/markets?snapshot=" + snap, "/api/v1/coins/bitcoin", "/api/v1/markets/global"} {
+		res := do(t, srv, "GET", path, key)
+		etag := res.Header.Get("ETag")
+		if etag == "" {
+			t.Fatalf("%s: no ETag", path)
+		}
+		again := do(t, srv, "GET", path, key, "If-None-Match", etag)
+		// Unpinned paths may cross a refresh between the two requests.
+		if again.Status != http.StatusNotModified && strings.Contains(path, "snapshot=") {
+			t.Errorf("%s with If-None-Match: %d, want 304", path, again.Status)
+		}
+		if again.Status == http.StatusNotModified && again.Header.Get("ETag") != etag {
+			t.Errorf("304 carries ETag %q, want %q", again.Header.Get("ETag"), etag)
+		}
+	}
+	res := do(t, srv, "GET", "/api/v1/markets?snapshot="+snap, key, "If-None-Match", `"other"`)
+	if res.Status != 200 {
+		t.Errorf("non-matching If-None-Match: %d", res.Status)
+	}
+}
+
+func TestSearch(t *testing.T) {
+	srv := testServer(t)
+	key := proKey(t)
+	for _, tc := range []struct{ q, first string }{
+		{"btc", "bitcoin"},
+		{"BTC", "bitcoin"},
+		{"  Bitcoin ", "bitcoin"},
+		{"ethereum", "ethereum"},
+		{"eth", "ethereum"},
+	} {
+		res := do(t, srv, "GET", "/api/v1/markets/search?q="+strings.ReplaceAll(tc.q, " ", "%20"), key)
+		items := decode[[]coinpulse.MarketItem](t, res)
+		if len(items) == 0 || items[0].ID != tc.first {
+			t.Errorf("search %q: first %v, want %s", tc.q, items, tc.first)
+		}
+		if res.Meta["query"] != strings.TrimSpace(tc.q) {
+			t.Errorf("meta.query %v", res.Meta["query"])
+		}
+	}
+	items := decode[[]coinpulse.MarketItem](t, do(t, srv, "GET", "/api/v1/markets/search?q=co&limit=3", key))
+	if len(items) != 3 {
+		t.Errorf("limit=3 gave %d", len(items))
+	}
+	if items := decode[[]coinpulse.MarketItem](t, do(t, srv, "GET", "/api/v1/markets/search?q=zzzzqqq", key)); len(items) != 0 {
+		t.Errorf("nonsense query matched %v", items)
+	}
+}
+
+func TestCoinDetail(t *testing.T) {
+	srv := testServer(t)
+	key := proKey(t)
+	d := decode[coinpulse.CoinDetail](t, do(t, srv, "GET", "/api/v1/coins/BTC", key))
+	if d.ID != "bitcoin" || d.ResolvedBy != "symbol" || d.MarketCapRank != 1 {
+		t.Errorf("BTC resolved to %s by %s rank %d", d.ID, d.ResolvedBy, d.MarketCapRank)
+	}
+	if d.High24h == nil || *d.High24h < d.CurrentPrice || d.Low24h == nil || *d.Low24h > d.CurrentPrice || d.ATH < d.CurrentPrice || d.ATL > d.CurrentPrice {
+		t.Errorf("bitcoin extremes inconsistent: %+v", d)
+	}
+	if d.PriceChangePercentage7d == nil || d.PriceChangePercentage30d == nil || d.PriceChangePercentage1y == nil || d.MaxSupply == nil || d.FullyDilutedValuation == nil {
+		t.Errorf("bitcoin detail lacks figures: %+v", d)
+	}
+	// A shared symbol says so.
+	ton := decode[coinpulse.CoinDetail](t, do(t, srv, "GET", "/api/v1/coins/ton", key))
+	if ton.ResolvedBy != "symbol" || len(ton.Alternatives) == 0 {
+		t.Errorf("ton: resolved_by %s, alternatives %v", ton.ResolvedBy, ton.Alternatives)
+	}
+	for _, a := range ton.Alternatives {
+		if a.MarketCapRank <= ton.MarketCapRank {
+			t.Errorf("alternative %s ranks above the chosen %s", a.ID, ton.ID)
+		}
+	}
+	byID := decode[coinpulse.CoinDetail](t, do(t, srv, "GET", "/api/v1/coins/"+ton.Alternatives[0].ID, key))
+	if byID.ResolvedBy != "id" || !slices.ContainsFunc(byID.Alternatives, func(r coinpulse.CoinRef) bool { return r.ID == ton.ID }) {
+		t.Errorf("by id: %s %v", byID.ResolvedBy, byID.Alternatives)
+	}
+	// Unknown values are null, not 0.
+	res := do(t, srv, "GET", "/api/v1/coins/ethereum", key)
+	if !strings.Contains(string(res.Data), `"max_supply":null`) {
+		t.Errorf("ethereum max_supply is not null: %s", res.Data)
+	}
+	wantError(t, do(t, srv, "GET", "/api/v1/coins/no-such-coin-xyz", key), 404, coinpulse.CodeNotFound)
+	wantError(t, do(t, srv, "GET", "/api/v1/coins/"+strings.Repeat("x", 500), key), 404, coinpulse.CodeNotFound)
+}
+
+func TestHistory(t *testing.T) {
+	srv := testServer(t)
+	key := proKey(t)
+	for _, tc := range []struct {
+		query    string
+		min, max int
+	}{
+		{"", 30, 32},
+		{"?days=1", 1, 3},
+		{"?days=7", 7, 9},
+		{"?days=1&interval=hourly", 24, 26},
+		{"?days=90&interval=hourly", 90 * 24, 90*24 + 2},
+		{"?days=365", 365, 367},
+		{"?days=max", 4000, 6000},
+	} {
+		h := decode[historyData](t, do(t, srv, "GET", "/api/v1/coins/bitcoin/history"+tc.query, key))
+		if len(h.Points) < tc.min || len(h.Points) > tc.max {
+			t.Errorf("%s: %d points, want %d..%d", tc.query, len(h.Points), tc.min, tc.max)
+		}
+		for i := 1; i < len(h.Points); i++ {
+			if !h.Points[i].Timestamp.After(h.Points[i-1].Timestamp) {
+				t.Fatalf("%s: points out of order at %d", tc.query, i)
+			}
+		}
+		if h.ID != "bitcoin" || h.Symbol != "btc" {
+			t.Errorf("%s: id %s symbol %s", tc.query, h.ID, h.Symbol)
+		}
+	}
+	h := decode[map[string]any](t, do(t, srv, "GET", "/api/v1/coins/bitcoin/history?days=max", key))
+	if h["days"] != "max" || h["interval"] != "daily" {
+		t.Errorf("days=max echoes %v %v", h["days"], h["interval"])
+	}
+	wantError(t, do(t, srv, "GET", "/api/v1/coins/nope-nope/history", key), 404, coinpulse.CodeNotFound)
+}
+
+func TestGlobalAndMovers(t *testing.T) {
+	srv := testServer(t)
+	key := proKey(t)
+	res := do(t, srv, "GET", "/api/v1/markets/global", key)
+	g := decode[coinpulse.GlobalStats](t, res)
+	if g.ActiveCryptocurrencies != 1000 || g.TotalMarketCap <= 0 || g.BitcoinDominance == nil || *g.BitcoinDominance <= 0 || g.Markets == nil {
+		t.Errorf("global %+v", g)
+	}
+	if res.Meta["simulated"] != true || res.Meta["feed"] != "sim" {
+		t.Errorf("global meta does not label the data simulated: %v", res.Meta)
+	}
+	both := decode[map[string][]coinpulse.MarketItem](t, do(t, srv, "GET", "/api/v1/markets/top-movers?type=both&limit=5", key))
+	if len(both["gainers"]) != 5 || len(both["losers"]) != 5 {
+		t.Fatalf("movers %v", both)
+	}
+	for i, c := range both["gainers"] {
+		if *c.PriceChangePercentage24h <= 0 || c.TotalVolume < 50_000 || i > 0 && *c.PriceChangePercentage24h > *both["gainers"][i-1].PriceChangePercentage24h {
+			t.Errorf("gainer %d %s: %v%%, volume %v", i, c.ID, *c.PriceChangePercentage24h, c.TotalVolume)
+		}
+	}
+	for i, c := range both["losers"] {
+		if *c.PriceChangePercentage24h >= 0 || i > 0 && *c.PriceChangePercentage24h < *both["losers"][i-1].PriceChangePercentage24h {
+			t.Errorf("loser %d %s: %v%%", i, c.ID, *c.PriceChangePercentage24h)
+		}
+	}
+	only := decode[map[string]any](t, do(t, srv, "GET", "/api/v1/markets/top-movers?type=losers", key))
+	if _, ok := only["gainers"]; ok || only["losers"] == nil {
+		t.Errorf("type=losers gave keys %v", only)
+	}
+}
+
+func TestBodyLimitAndPanics(t *testing.T) {
+	srv := testServer(t)
+	key := proKey(t)
+	req := httptest.NewRequest("GET", "/api/v1/markets/global", bytes.NewReader(make([]byte, 65<<10)))
+	req.Header.Set("Authorization", "Bearer "+key)
+	wantError(t, serve(t, srv, req), 413, coinpulse.CodePayloadTooLarge)
+
+	// A panicking handler becomes SERVER_ERROR with the request id and no
+	// internals.
+	own := New(Config{Store: shared.store, Market: shared.engine, Log: quiet})
+	own.mux.Handle("GET /api/v1/boom", own.wrap(Route{Method: "GET", Path: "/boom", Handler: func(http.ResponseWriter, *http.Request) error { panic("secret internals") }}))
+	res := do(t, own, "GET", "/api/v1/boom", "", "X-Request-Id", "trace-1")
+	wantError(t, res, 500, coinpulse.CodeServerError)
+	if strings.Contains(string(res.Raw), "secret") || !strings.Contains(res.Error.Message, "trace-1") {
+		t.Errorf("500 body %s", res.Raw)
+	}
+}
+
+func TestNotReady(t *testing.T) {
+	testServer(t)
+	feed, _ := sim.New(1, 0)
+	engine := market.New(market.Config{Feed: feed, Store: shared.store, Log: quiet})
+	srv := New(Config{Store: shared.store, Market: engine, Log: quiet})
+	wantError(t, do(t, srv, "GET", "/readyz", ""), 503, coinpulse.CodeUnavailable)
+	res := do(t, srv, "GET", "/api/v1/markets", proKey(t))
+	wantError(t, res, 503, coinpulse.CodeUnavailable)
+	if res.Header.Get("Retry-After") == "" {
+		t.Error("503 without Retry-After")
+	}
+	if res := do(t, srv, "GET", "/healthz", ""); res.Status != 200 {
+		t.Errorf("healthz while loading: %d", res.Status)
+	}
+	if res := do(t, testServer(t), "GET", "/readyz", ""); res.Status != 200 {
+		t.Errorf("readyz when loaded: %d %s", res.Status, res.Raw)
+	}
+}

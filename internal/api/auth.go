@@ -1,0 +1,219 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"coinpulse"
+)
+
+// principal is the authenticated caller of a request.
+type principal struct {
+	key  *coinpulse.APIKey
+	user *coinpulse.User
+}
+
+// keyFromRequest reads the key from Authorization: Bearer or X-API-Key.
+// Both present with different keys is an error.
+func keyFromRequest(r *http.Request) (string, error) {
+	bearer := ""
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, rest, ok := strings.Cut(h, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") {
+			return "", coinpulse.Errorf(coinpulse.CodeInvalidAPIKey, "The Authorization header must be \"Bearer <key>\".")
+		}
+		bearer = strings.TrimSpace(rest)
+	}
+	header := strings.TrimSpace(r.Header.Get("X-API-Key"))
+	switch {
+	case bearer != "" && header != "" && bearer != header:
+		return "", coinpulse.Errorf(coinpulse.CodeInvalidAPIKey, "Authorization and X-API-Key carry different keys; send one.")
+	case bearer != "":
+		return bearer, nil
+	case header != "":
+		return header, nil
+	}
+	return "", coinpulse.Errorf(coinpulse.CodeInvalidAPIKey, "An API key is required: send \"Authorization: Bearer <key>\" or \"X-API-Key: <key>\". Get one at /user/api.")
+}
+
+// authenticate resolves the request's key to a principal: the form and
+// checksum first (no database), then the key cache.
+func (s *Server) authenticate(r *http.Request) (*principal, error) {
+	key, err := keyFromRequest(r)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := coinpulse.ParseKey(key); err != nil {
+		return nil, err
+	}
+	p, err := s.keys.lookup(r.Context(), coinpulse.HashKey(key))
+	if err != nil {
+		return nil, err
+	}
+	now := s.clock()
+	switch {
+	case p == nil:
+		return nil, coinpulse.Errorf(coinpulse.CodeInvalidAPIKey, "The API key is not valid.")
+	case p.key.RevokedAt != nil:
+		return nil, coinpulse.Errorf(coinpulse.CodeInvalidAPIKey, "The API key has been revoked.")
+	case !p.key.Active(now):
+		return nil, coinpulse.Errorf(coinpulse.CodeInvalidAPIKey, "The API key expired at %s.", p.key.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	s.keys.touch(p.key.ID, now)
+	return p, nil
+}
+
+// authorize applies the subscription expiry, the key's permissions and the
+// tier's endpoint rules.
+func (s *Server) authorize(p *principal, r *http.Request, rt Route) error {
+	u := p.user
+	if u.SubscriptionExpired(s.clock()) {
+		return coinpulse.Errorf(coinpulse.CodeExpiredSubscription, "Your %s subscription expired at %s. Renew it at /user/api.", u.Tier, u.TierExpiresAt.UTC().Format(time.RFC3339))
+	}
+	need := coinpulse.PermRead
+	if rt.Access == Write {
+		need = coinpulse.PermWrite
+	}
+	if !p.key.Permissions.Has(need) {
+		return coinpulse.Errorf(coinpulse.CodePermissionDenied, "This key lacks the %s permission that %s %s needs. Create a key with it at /user/api.", need, r.Method, r.URL.Path)
+	}
+	plan, ok := s.plans[u.Tier]
+	if !ok {
+		return coinpulse.Errorf(coinpulse.CodePermissionDenied, "Your account's tier %q has no plan; contact support.", u.Tier)
+	}
+	if !rt.Basic && !plan.AllEndpoints {
+		return coinpulse.Errorf(coinpulse.CodePermissionDenied, "The %s plan includes only the basic endpoints (/markets, /markets/search, /markets/global, /coins/{id}, /usage). Upgrade to premium or higher at /user/api to use %s.", u.Tier, routeLabel(rt))
+	}
+	return nil
+}
+
+// keyCache keeps verified keys with their users in memory. An entry is
+// trusted for ttl; any change of the store's auth epoch (a revocation or a
+// tier change, on any node or from the CLI) empties the cache. The epoch
+// is polled every epochPoll.
+type keyCache struct {
+	store coinpulse.AccountStore
+	clock coinpulse.Clock
+	ttl   time.Duration
+
+	mu      sync.RWMutex
+	epoch   int64
+	entries map[string]cacheEntry
+
+	touchMu sync.Mutex
+	touched map[int64]time.Time
+}
+
+type cacheEntry struct {
+	p       *principal // nil: no such key
+	expires time.Time
+}
+
+const (
+	epochPoll     = 100 * time.Millisecond
+	touchInterval = 5 * time.Second
+	maxCached     = 100_000
+)
+
+func newKeyCache(store coinpulse.AccountStore, clock coinpulse.Clock, ttl time.Duration) *keyCache {
+	return &keyCache{store: store, clock: clock, ttl: ttl, entries: map[string]cacheEntry{}, touched: map[int64]time.Time{}}
+}
+
+// lookup returns the principal for a key hash, nil when there is no such
+// key.
+func (c *keyCache) lookup(ctx context.Context, hash string) (*principal, error) {
+	now := time.Now()
+	c.mu.RLock()
+	e, ok := c.entries[hash]
+	epoch := c.epoch
+	c.mu.RUnlock()
+	if ok && now.Before(e.expires) {
+		return e.p, nil
+	}
+	var p *principal
+	k, err := c.store.KeyByHash(ctx, hash)
+	switch {
+	case coinpulse.IsNotFound(err):
+	case err != nil:
+		return nil, err
+	default:
+		u, err := c.store.UserByID(ctx, k.UserID)
+		if err != nil {
+			return nil, err
+		}
+		p = &principal{key: k, user: u}
+	}
+	c.mu.Lock()
+	if c.epoch == epoch { // a revocation since we read would make p stale
+		if len(c.entries) >= maxCached {
+			clear(c.entries)
+		}
+		c.entries[hash] = cacheEntry{p: p, expires: now.Add(c.ttl)}
+	}
+	c.mu.Unlock()
+	return p, nil
+}
+
+// invalidate drops every entry.
+func (c *keyCache) setEpoch(epoch int64) {
+	c.mu.Lock()
+	if epoch != c.epoch {
+		c.epoch = epoch
+		clear(c.entries)
+	}
+	c.mu.Unlock()
+}
+
+func (c *keyCache) touch(keyID int64, t time.Time) {
+	c.touchMu.Lock()
+	c.touched[keyID] = t
+	c.touchMu.Unlock()
+}
+
+func (c *keyCache) flushTouched(ctx context.Context) error {
+	c.touchMu.Lock()
+	batch := c.touched
+	c.touched = map[int64]time.Time{}
+	c.touchMu.Unlock()
+	if len(batch) == 0 {
+		return nil
+	}
+	return c.store.TouchKeys(ctx, batch)
+}
+
+// run polls the auth epoch and flushes last-used times until ctx ends,
+// then flushes once more.
+func (c *keyCache) run(ctx context.Context, log *slog.Logger) {
+	poll := time.NewTicker(epochPoll)
+	flush := time.NewTicker(touchInterval)
+	defer poll.Stop()
+	defer flush.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			done, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := c.flushTouched(done); err != nil {
+				log.Warn("flush key last-used times", "err", err)
+			}
+			return
+		case <-poll.C:
+			epoch, err := c.store.AuthEpoch(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					log.Warn("poll auth epoch", "err", err)
+				}
+				continue
+			}
+			c.setEpoch(epoch)
+		case <-flush.C:
+			if err := c.flushTouched(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("flush key last-used times", "err", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,57 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics are the server's Prometheus collectors, in a registry of its own
+// (no global state, so tests can make many servers).
+type metrics struct {
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	handler  http.Handler
+}
+
+func newMetrics() *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "coinpulse_http_requests_total",
+		Help: "HTTP requests by route pattern, method and status.",
+	}, []string{"route", "status"})
+	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "coinpulse_http_request_duration_seconds",
+		Help:    "HTTP request latency by route pattern.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+	}, []string{"route"})
+	m.reg.MustRegister(m.requests, m.latency, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	return m
+}
+
+// routeMetrics are one route's pre-resolved collectors.
+type routeMetrics struct {
+	m       *metrics
+	route   string
+	latency prometheus.Observer
+	ok      prometheus.Counter
+}
+
+func (m *metrics) route(label string) *routeMetrics {
+	return &routeMetrics{m: m, route: label, latency: m.latency.WithLabelValues(label), ok: m.requests.WithLabelValues(label, "200")}
+}
+
+func (r *routeMetrics) observe(status int, d time.Duration) {
+	r.latency.Observe(d.Seconds())
+	if status == http.StatusOK {
+		r.ok.Inc()
+		return
+	}
+	r.m.requests.WithLabelValues(r.route, strconv.Itoa(status)).Inc()
+}

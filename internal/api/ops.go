@@ -1,0 +1,78 @@
+package api
+
+import (
+	_ "embed"
+	"net/http"
+	"strconv"
+	"time"
+
+	"coinpulse"
+)
+
+var (
+	//go:embed openapi.json
+	openapiJSON []byte
+	//go:embed docs.html
+	docsHTML []byte
+	//go:embed docs.js
+	docsScript []byte
+)
+
+// OpenAPI returns the embedded OpenAPI document.
+func OpenAPI() []byte { return openapiJSON }
+
+// GET /healthz: the process is alive.
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
+	return writeData(w, http.StatusOK, map[string]string{"status": "ok"}, s.newMeta(r))
+}
+
+// GET /readyz: market data is loaded and the store answers.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
+	snap := s.market.Current()
+	if snap == nil {
+		w.Header().Set("Retry-After", "5")
+		return coinpulse.Errorf(coinpulse.CodeUnavailable, "Market data is still loading.")
+	}
+	if err := s.store.Ping(r.Context()); err != nil {
+		s.log.Warn("readiness: store unreachable", "err", err)
+		return coinpulse.Errorf(coinpulse.CodeUnavailable, "The database does not answer.")
+	}
+	return writeData(w, http.StatusOK, map[string]any{
+		"status": "ready", "feed": snap.Feed, "simulated": snap.Simulated,
+		"coins": snap.Len(), "as_of": snap.AsOf.UTC().Format(time.RFC3339),
+	}, s.newMeta(r))
+}
+
+// GET /metrics: Prometheus exposition (text, not JSON).
+func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) error {
+	s.metrics.handler.ServeHTTP(w, r)
+	return nil
+}
+
+// GET /api/v1/openapi.json: the one response served bare.
+func (s *Server) openapi(w http.ResponseWriter, r *http.Request) error {
+	return writeStatic(w, "application/json; charset=utf-8", openapiJSON)
+}
+
+// GET /docs
+func (s *Server) docs(w http.ResponseWriter, r *http.Request) error {
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'")
+	w.Header().Set("X-Frame-Options", "DENY")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	return writeStatic(w, "text/html; charset=utf-8", docsHTML)
+}
+
+// GET /docs/docs.js
+func (s *Server) docsJS(w http.ResponseWriter, r *http.Request) error {
+	return writeStatic(w, "text/javascript; charset=utf-8", docsScript)
+}
+
+func writeStatic(w http.ResponseWriter, contentType string, body []byte) error {
+	h := w.Header()
+	h.Set("Content-Type", contentType)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Cache-Control", "public, max-age=300")
+	h.Set("X-Content-Type-Options", "nosniff")
+	_, err := w.Write(body)
+	return err
+}

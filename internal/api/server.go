@@ -1,0 +1,319 @@
+// Package api serves the Coinpulse HTTP interface: routing, the response
+// envelope, authentication and the handlers of each resource.
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"coinpulse"
+	"coinpulse/internal/market"
+)
+
+// Config is what a Server needs.
+type Config struct {
+	Store  coinpulse.Store
+	Market *market.Engine
+	Clock  coinpulse.Clock
+	Log    *slog.Logger
+	Plans  map[coinpulse.Tier]coinpulse.Plan
+	// MaxBody is the largest request body accepted (default 64 KiB).
+	MaxBody int64
+	// KeyCacheTTL bounds how long a verified key is trusted without asking
+	// the store again (default 30 s); revocations cut it short everywhere
+	// through the store's auth epoch.
+	KeyCacheTTL time.Duration
+}
+
+// Server is the HTTP interface. Create it with New, serve Handler, and run
+// Run alongside for its background work.
+type Server struct {
+	store   coinpulse.Store
+	market  *market.Engine
+	clock   coinpulse.Clock
+	log     *slog.Logger
+	plans   map[coinpulse.Tier]coinpulse.Plan
+	maxBody int64
+	keys    *keyCache
+	metrics *metrics
+	mux     *http.ServeMux
+	routes  []Route
+}
+
+// Access says who may call a route.
+type Access int
+
+// The access levels of routes.
+const (
+	Public Access = iota // no key
+	Read                 // a key with read permission
+	Write                // a key with write permission
+)
+
+// Route is one endpoint. API routes are served under both /api/v1 and /v1.
+type Route struct {
+	Method string
+	Path   string // e.g. "/markets/{id}", without the version prefix
+	Access Access
+	// Basic routes are open to plans without AllEndpoints (the free tier).
+	Basic bool
+	// Ops routes live at the root, not under a version prefix.
+	Ops     bool
+	Handler func(w http.ResponseWriter, r *http.Request) error
+}
+
+// Prefixes are the version prefixes every API route is served under.
+var Prefixes = []string{"/api/v1", "/v1"}
+
+// New returns a Server over cfg.
+func New(cfg Config) *Server {
+	s := &Server{
+		store: cfg.Store, market: cfg.Market, clock: cfg.Clock, log: cfg.Log,
+		plans: cfg.Plans, maxBody: cfg.MaxBody, mux: http.NewServeMux(),
+	}
+	if s.clock == nil {
+		s.clock = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.plans == nil {
+		s.plans = coinpulse.DefaultPlans()
+	}
+	if s.maxBody <= 0 {
+		s.maxBody = 64 << 10
+	}
+	ttl := cfg.KeyCacheTTL
+	if ttl <= 0 {
+		ttl = 30 * time.Second
+	}
+	s.keys = newKeyCache(cfg.Store, s.clock, ttl)
+	s.metrics = newMetrics()
+	s.routes = s.routeTable()
+	for _, rt := range s.routes {
+		prefixes := Prefixes
+		if rt.Ops {
+			prefixes = []string{""}
+		}
+		for _, p := range prefixes {
+			s.mux.Handle(rt.Method+" "+p+rt.Path, s.wrap(rt))
+		}
+	}
+	return s
+}
+
+// Routes returns the route table (for the OpenAPI comparison test).
+func (s *Server) Routes() []Route { return s.routes }
+
+func (s *Server) routeTable() []Route {
+	return []Route{
+		{Method: "GET", Path: "/healthz", Ops: true, Handler: s.healthz},
+		{Method: "GET", Path: "/readyz", Ops: true, Handler: s.readyz},
+		{Method: "GET", Path: "/metrics", Ops: true, Handler: s.serveMetrics},
+		{Method: "GET", Path: "/docs", Ops: true, Handler: s.docs},
+		{Method: "GET", Path: "/docs/docs.js", Ops: true, Handler: s.docsJS},
+		{Method: "GET", Path: "/openapi.json", Handler: s.openapi},
+
+		{Method: "GET", Path: "/markets", Access: Read, Basic: true, Handler: s.listMarkets},
+		{Method: "GET", Path: "/markets/search", Access: Read, Basic: true, Handler: s.searchMarkets},
+		{Method: "GET", Path: "/markets/global", Access: Read, Basic: true, Handler: s.globalStats},
+		{Method: "GET", Path: "/markets/top-movers", Access: Read, Handler: s.topMovers},
+		{Method: "GET", Path: "/markets/{id}", Access: Read, Basic: true, Handler: s.coinDetail},
+		{Method: "GET", Path: "/markets/{id}/history", Access: Read, Handler: s.coinHistory},
+		{Method: "GET", Path: "/coins/{idOrSymbol}", Access: Read, Basic: true, Handler: s.coinDetail},
+		{Method: "GET", Path: "/coins/{idOrSymbol}/history", Access: Read, Handler: s.coinHistory},
+	}
+}
+
+// Run does the server's background work until ctx ends: polling the auth
+// epoch so revocations reach the key cache, and flushing last-used times.
+func (s *Server) Run(ctx context.Context) {
+	s.keys.run(ctx, s.log)
+}
+
+// Handler returns the root handler: request ids, JSON 404/405, panics as
+// SERVER_ERROR, then the routes.
+func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
+
+type ctxKey struct{}
+
+// reqState is the per-request record shared by the middleware.
+type reqState struct {
+	id        string
+	principal *principal
+}
+
+func state(r *http.Request) *reqState {
+	st, _ := r.Context().Value(ctxKey{}).(*reqState)
+	if st == nil {
+		return &reqState{}
+	}
+	return st
+}
+
+func requestID(r *http.Request) string { return state(r).id }
+
+var (
+	idPrefix  = newIDPrefix()
+	idCounter atomic.Uint64
+)
+
+func newIDPrefix() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return "req_" + hex.EncodeToString(b[:])
+}
+
+// validRequestID reports whether an incoming X-Request-Id may be echoed:
+// 1..128 characters of [A-Za-z0-9._-].
+func validRequestID(id string) bool {
+	if len(id) == 0 || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	st := &reqState{id: r.Header.Get("X-Request-Id")}
+	if !validRequestID(st.id) {
+		st.id = idPrefix + strconv.FormatUint(idCounter.Add(1), 36)
+	}
+	w.Header().Set("X-Request-Id", st.id)
+	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, st))
+	defer s.recoverPanic(w, r)
+	if _, pattern := s.mux.Handler(r); pattern == "" {
+		s.unrouted(w, r)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+func (s *Server) recoverPanic(w http.ResponseWriter, r *http.Request) {
+	if v := recover(); v != nil {
+		if v == http.ErrAbortHandler {
+			panic(v)
+		}
+		s.log.Error("panic", "value", v, "stack", string(debug.Stack()), "request_id", requestID(r))
+		s.writeError(w, r, fmt.Errorf("panic: %v", v))
+	}
+}
+
+// unrouted answers a request no route matched: 405 with Allow when the
+// path exists under another method, else 404; both as JSON.
+func (s *Server) unrouted(w http.ResponseWriter, r *http.Request) {
+	h, _ := s.mux.Handler(r)
+	rec := &statusRecorder{header: http.Header{}}
+	h.ServeHTTP(rec, r)
+	switch {
+	case rec.status == http.StatusMethodNotAllowed:
+		allow := rec.header.Get("Allow")
+		w.Header().Set("Allow", allow)
+		s.writeError(w, r, coinpulse.Errorf(coinpulse.CodeMethodNotAllowed, "%s is not allowed on %s; allowed: %s.", r.Method, r.URL.Path, allow))
+	case rec.status >= 300 && rec.status < 400 && rec.header.Get("Location") != "":
+		w.Header().Set("Location", rec.header.Get("Location"))
+		writeData(w, rec.status, map[string]string{"location": rec.header.Get("Location")}, s.newMeta(r))
+	default:
+		s.writeError(w, r, coinpulse.Errorf(coinpulse.CodeNotFound, "No route %s %s. The API lives under /api/v1 (or /v1); see /docs.", r.Method, truncate(r.URL.Path, 200)))
+	}
+}
+
+type statusRecorder struct {
+	header http.Header
+	status int
+}
+
+func (r *statusRecorder) Header() http.Header         { return r.header }
+func (r *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
+func (r *statusRecorder) WriteHeader(status int)      { r.status = status }
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// wrap turns a route's handler into an http.Handler with the body limit,
+// authentication, metrics and error envelope.
+func (s *Server) wrap(rt Route) http.Handler {
+	label := rt.Path
+	if !rt.Ops {
+		label = "/api/v1" + rt.Path
+	}
+	obs := s.metrics.route(label)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		defer func() { obs.observe(sw.status, time.Since(start)) }()
+		err := s.admit(sw, r, rt)
+		if err == nil {
+			err = rt.Handler(sw, r)
+		}
+		if err != nil {
+			if sw.wrote {
+				s.log.Error("error after response started", "err", err, "request_id", requestID(r))
+				return
+			}
+			s.writeError(sw, r, err)
+		}
+	})
+}
+
+// admit applies the body limit and, for keyed routes, authentication and
+// the tier's endpoint rules.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, rt Route) error {
+	if r.ContentLength > s.maxBody {
+		return coinpulse.Errorf(coinpulse.CodePayloadTooLarge, "The request body is %d bytes; the limit is %d.", r.ContentLength, s.maxBody)
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
+	if rt.Access == Public {
+		return nil
+	}
+	p, err := s.authenticate(r)
+	if err != nil {
+		return err
+	}
+	state(r).principal = p
+	return s.authorize(p, r, rt)
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	if !w.wrote {
+		w.status, w.wrote = status, true
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// routeLabel renders a route for messages: "GET /api/v1/markets/top-movers".
+func routeLabel(rt Route) string {
+	return rt.Method + " /api/v1" + strings.TrimSuffix(rt.Path, "/")
+}
