@@ -120,7 +120,7 @@ func (e *Engine) fingerprint() string {
 // and publishes the first snapshot.
 func (e *Engine) Load(ctx context.Context) error {
 	start := time.Now()
-	now := e.cfg.Clock().UTC()
+	now := e.cfg.Clock().UTC().Truncate(time.Millisecond)
 	universe, err := e.cfg.Feed.Universe(ctx)
 	if err != nil {
 		return fmt.Errorf("feed universe: %w", err)
@@ -160,12 +160,15 @@ func (e *Engine) Load(ctx context.Context) error {
 		}
 	}
 	e.lastHour, e.lastDay = hour, day
-	if err := e.tick(ctx, now); err != nil {
+	if err := e.quote(ctx, now); err != nil {
 		return err
 	}
+	// Save before publishing: once the first snapshot is out the server
+	// reports ready, and a shutdown from then on must find the state saved.
 	if err := e.saveState(ctx); err != nil {
 		return err
 	}
+	e.publish(now)
 	e.cfg.Log.Info("market data ready", "feed", e.cfg.Feed.Name(), "simulated", e.cfg.Feed.Simulated(),
 		"coins", len(e.coins), "backfilled", len(missing), "took", time.Since(start).Round(time.Millisecond))
 	return nil
@@ -187,7 +190,11 @@ func (e *Engine) loadState(ctx context.Context) savedState {
 	return s
 }
 
+// saveState persists the running state. A cancelled ctx does not abort
+// it: a shutdown is exactly when it must finish.
 func (e *Engine) saveState(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
 	var buf bytes.Buffer
 	s := savedState{Fingerprint: e.fingerprint(), LastHour: e.lastHour, LastDay: e.lastDay, Coins: e.coins}
 	if err := gob.NewEncoder(&buf).Encode(&s); err != nil {
@@ -289,11 +296,9 @@ func (e *Engine) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			save, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			return e.saveState(save)
+			return e.saveState(ctx)
 		case <-t.C:
-			if err := e.tick(ctx, e.cfg.Clock().UTC()); err != nil && !errors.Is(err, context.Canceled) {
+			if err := e.tick(ctx, e.cfg.Clock().UTC().Truncate(time.Millisecond)); err != nil && !errors.Is(err, context.Canceled) {
 				e.cfg.Log.Error("market refresh failed", "err", err)
 			}
 		}
@@ -303,6 +308,15 @@ func (e *Engine) Run(ctx context.Context) error {
 // tick takes quotes at now, rolls hourly and daily points up when a
 // boundary has passed, and publishes a new snapshot.
 func (e *Engine) tick(ctx context.Context, now time.Time) error {
+	if err := e.quote(ctx, now); err != nil {
+		return err
+	}
+	e.publish(now)
+	return nil
+}
+
+// quote takes quotes at now and rolls history up.
+func (e *Engine) quote(ctx context.Context, now time.Time) error {
 	quotes, err := e.cfg.Feed.Quotes(ctx, now)
 	if err != nil {
 		return fmt.Errorf("feed quotes: %w", err)
@@ -312,11 +326,7 @@ func (e *Engine) tick(ctx context.Context, now time.Time) error {
 			c.apply(q)
 		}
 	}
-	if err := e.rollup(ctx, now); err != nil {
-		return err
-	}
-	e.publish(now)
-	return nil
+	return e.rollup(ctx, now)
 }
 
 // rollup records an hourly point when the hour has turned and a daily one
