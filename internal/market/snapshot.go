@@ -45,7 +45,7 @@ type Snapshot struct {
 	bySymbol map[string][]*coinpulse.CoinDetail // by market_cap_rank
 	orders   map[Order][]*coinpulse.CoinDetail
 	gainers  []*coinpulse.CoinDetail // by 24 h change, descending
-	lower    []searchKey              // parallel to coins
+	lower    []searchKey             // parallel to coins
 
 	memo      sync.Map
 	memoCount atomic.Int32

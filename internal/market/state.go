@@ -125,7 +125,7 @@ func (c *coinState) detail(now time.Time) coinpulse.CoinDetail {
 			TotalVolume: c.Volume, Volume24h: c.Volume,
 			CirculatingSupply: c.Info.CirculatingSupply,
 			ATH:               c.ATH, ATL: c.ATL,
-			LastUpdated:       c.Updated,
+			LastUpdated: c.Updated,
 		},
 		ATHDate: c.ATHDate, ATLDate: c.ATLDate,
 		TotalSupply: c.Info.TotalSupply, MaxSupply: c.Info.MaxSupply,

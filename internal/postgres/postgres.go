@@ -1,0 +1,232 @@
+// Package postgres is the PostgreSQL implementation of coinpulse.Store,
+// through github.com/jackc/pgx/v5: the store of a deployment with many
+// nodes.
+//
+// Times are TIMESTAMPTZ, truncated to microseconds on write and returned in
+// UTC, so that they read back as the SQLite store returns them. Migrations
+// are embedded and run at Open, each in a transaction that holds an
+// advisory lock, so nodes starting together migrate once.
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"coinpulse"
+)
+
+// DB is a PostgreSQL database holding Coinpulse's state. It is safe for
+// concurrent use.
+type DB struct {
+	pool *pgxpool.Pool
+	now  func() time.Time
+}
+
+var _ coinpulse.Store = (*DB)(nil)
+
+// Keys of the transaction-level advisory locks the store takes. They are
+// per database, shared by every schema in it.
+const (
+	// migrateLock serializes migrations of nodes starting together.
+	migrateLock int64 = 0x636f696e_0001 // "coin" 1
+	// historyLock serializes writers of price history, whose chunks are
+	// read, merged and written back.
+	historyLock int64 = 0x636f696e_0002
+)
+
+// Open connects to the PostgreSQL server at url (a postgres:// URL or a
+// key=value connection string, which may carry pgxpool settings such as
+// pool_max_conns) and brings the schema up to date. It
+// returns an error when url does not parse, the server cannot be reached,
+// or a migration fails.
+func Open(ctx context.Context, url string) (*DB, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: parse URL: %w", err)
+	}
+	return OpenConfig(ctx, cfg)
+}
+
+// OpenConfig is Open with a pool configuration, for callers that set
+// runtime parameters such as search_path. It returns the errors of Open.
+func OpenConfig(ctx context.Context, cfg *pgxpool.Config) (*DB, error) {
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: open: %w", err)
+	}
+	db := &DB{pool: pool, now: time.Now}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: open: %w", err)
+	}
+	if err := db.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: open: %w", err)
+	}
+	return db, nil
+}
+
+// Close closes the pool's connections, waiting for those in use to be
+// released. It returns no error.
+func (db *DB) Close() error {
+	db.pool.Close()
+	return nil
+}
+
+// Ping reports whether the server answers; it returns the driver's error
+// when it does not.
+func (db *DB) Ping(ctx context.Context) error {
+	if err := db.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("postgres: ping: %w", err)
+	}
+	return nil
+}
+
+// Transact runs fn inside a transaction (READ COMMITTED). It commits when
+// fn returns nil and rolls back otherwise (a panic in fn rolls back and is
+// re-raised). It returns fn's error unchanged, or the error of beginning
+// or committing.
+func (db *DB) Transact(ctx context.Context, fn func(pgx.Tx) error) (err error) {
+	tx, err := db.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: begin: %w", err)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			tx.Rollback(ctx)
+			panic(p)
+		}
+		if err != nil {
+			tx.Rollback(ctx)
+		}
+	}()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("postgres: commit: %w", err)
+	}
+	return nil
+}
+
+// lock takes the transaction-level advisory lock key, waiting for it.
+func lock(ctx context.Context, tx pgx.Tx, key int64) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, key); err != nil {
+		return fmt.Errorf("advisory lock: %w", err)
+	}
+	return nil
+}
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// migration is one file of migrations/: NNNN_name.sql, applied in order of
+// NNNN.
+type migration struct {
+	version int64
+	name    string
+	sql     string
+}
+
+func readMigrations() ([]migration, error) {
+	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for _, name := range names { // Glob sorts by name
+		base := path.Base(name)
+		prefix, _, ok := strings.Cut(base, "_")
+		version, err := strconv.ParseInt(prefix, 10, 64)
+		if !ok || err != nil || version <= 0 {
+			return nil, fmt.Errorf("migration %s: name must start with a positive version and '_'", base)
+		}
+		if len(ms) > 0 && version <= ms[len(ms)-1].version {
+			return nil, fmt.Errorf("migration %s: version %d is not above the previous one", base, version)
+		}
+		b, err := migrationFiles.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, migration{version: version, name: base, sql: string(b)})
+	}
+	return ms, nil
+}
+
+// migrate applies the migrations not yet recorded in schema_migrations,
+// each in its own transaction together with its record, under an advisory
+// lock so that concurrent nodes apply each once.
+func (db *DB) migrate(ctx context.Context) error {
+	ms, err := readMigrations()
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		err := db.Transact(ctx, func(tx pgx.Tx) error {
+			if err := lock(ctx, tx, migrateLock); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+				version    BIGINT      PRIMARY KEY,
+				applied_at TIMESTAMPTZ NOT NULL
+			)`)
+			if err != nil {
+				return fmt.Errorf("create schema_migrations: %w", err)
+			}
+			var applied bool
+			err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)`, m.version).Scan(&applied)
+			if err != nil || applied {
+				return err
+			}
+			if _, err := tx.Exec(ctx, m.sql); err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)`,
+				m.version, truncate(db.now()))
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("migration %s: %w", m.name, err)
+		}
+	}
+	return nil
+}
+
+// truncate returns t as it reads back from the database: UTC, whole
+// microseconds.
+func truncate(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// truncatePtr is truncate for an optional time.
+func truncatePtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	v := truncate(*t)
+	return &v
+}
+
+// utcPtr returns a scanned optional time in UTC.
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	v := t.UTC()
+	return &v
+}
+
+// isUniqueViolation reports whether err is a unique_violation.
+func isUniqueViolation(err error) bool {
+	var e *pgconn.PgError
+	return errors.As(err, &e) && e.Code == "23505"
+}

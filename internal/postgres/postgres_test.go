@@ -1,0 +1,253 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"coinpulse"
+	"coinpulse/internal/storetest"
+)
+
+// newSchema creates a schema with a random name on the server of
+// COINPULSE_TEST_POSTGRES (skipping t when it is unset) and drops it, with
+// everything in it, when t ends. It returns the server URL and the schema.
+func newSchema(t testing.TB) (url, schema string) {
+	t.Helper()
+	url = storetest.PostgresURL(t)
+	schema = "test_" + strings.ToLower(rand.Text()[:16])
+	exec := func(ctx context.Context, sql string) error {
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, sql)
+		return err
+	}
+	ident := pgx.Identifier{schema}.Sanitize()
+	if err := exec(t.Context(), "CREATE SCHEMA "+ident); err != nil {
+		t.Fatalf("create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		// t.Context is done by now.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := exec(ctx, "DROP SCHEMA "+ident+" CASCADE"); err != nil {
+			t.Errorf("drop schema: %v", err)
+		}
+	})
+	return url, schema
+}
+
+// openSchema opens the database with schema as its search_path, and closes
+// it when t ends.
+func openSchema(t testing.TB, url, schema string) (*DB, error) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatalf("parse %s: %v", url, err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
+	db, err := OpenConfig(t.Context(), cfg)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { db.Close() })
+	return db, nil
+}
+
+// openTest opens a database in a fresh schema, dropped when t ends.
+func openTest(t testing.TB) *DB {
+	t.Helper()
+	url, schema := newSchema(t)
+	db, err := openSchema(t, url, schema)
+	if err != nil {
+		t.Fatalf("OpenConfig: %v", err)
+	}
+	return db
+}
+
+func TestStore(t *testing.T) {
+	storetest.PostgresURL(t) // skip once, not in every subtest
+	storetest.Run(t, func(t *testing.T) coinpulse.Store { return openTest(t) })
+}
+
+func TestOpenErrors(t *testing.T) {
+	storetest.PostgresURL(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for _, url := range []string{"postgres://%zz", "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2"} {
+		if db, err := Open(ctx, url); err == nil {
+			db.Close()
+			t.Errorf("Open(%q) succeeded, want an error", url)
+		}
+	}
+}
+
+// migrationCount returns how many migrations schema_migrations records.
+func migrationCount(t *testing.T, db *DB) int {
+	t.Helper()
+	var n int
+	if err := db.pool.QueryRow(t.Context(), `SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestConcurrentMigration(t *testing.T) {
+	url, schema := newSchema(t)
+	ms, err := readMigrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const nodes = 4
+	dbs := make([]*DB, nodes)
+	errs := make([]error, nodes)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range nodes {
+		wg.Go(func() {
+			<-start
+			dbs[i], errs[i] = openSchema(t, url, schema)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("node %d: OpenConfig: %v", i, err)
+		}
+	}
+	if n := migrationCount(t, dbs[0]); n != len(ms) {
+		t.Errorf("schema_migrations holds %d rows, want %d", n, len(ms))
+	}
+	if e, err := dbs[0].AuthEpoch(t.Context()); err != nil || e != 0 {
+		t.Errorf("AuthEpoch = %d, %v; want 0 (the seed row inserted once)", e, err)
+	}
+}
+
+func TestReopenKeepsData(t *testing.T) {
+	url, schema := newSchema(t)
+	ctx := t.Context()
+	db, err := openSchema(t, url, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &coinpulse.User{Email: "reopen@example.com"}
+	if err := db.CreateUser(ctx, u); err != nil {
+		t.Fatalf("CreateUser: %v", err)
+	}
+	db.Close()
+
+	db, err = openSchema(t, url, schema)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	if _, err := db.UserByID(ctx, u.ID); err != nil {
+		t.Errorf("UserByID after reopening: %v", err)
+	}
+	ms, err := readMigrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := migrationCount(t, db); n != len(ms) {
+		t.Errorf("schema_migrations holds %d rows, want %d", n, len(ms))
+	}
+}
+
+func TestTransact(t *testing.T) {
+	db := openTest(t)
+	ctx := t.Context()
+	count := func() int {
+		t.Helper()
+		var n int
+		if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM kv`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	insert := func(tx pgx.Tx, key string) error {
+		_, err := tx.Exec(ctx, `INSERT INTO kv (key, value, updated_at) VALUES ($1, '\x00', now())`, key)
+		return err
+	}
+
+	if err := db.Transact(ctx, func(tx pgx.Tx) error { return insert(tx, "a") }); err != nil {
+		t.Fatalf("Transact: %v", err)
+	}
+	if got := count(); got != 1 {
+		t.Errorf("after a committed Transact kv holds %d rows, want 1", got)
+	}
+
+	errBoom := errors.New("boom")
+	err := db.Transact(ctx, func(tx pgx.Tx) error {
+		if err := insert(tx, "b"); err != nil {
+			return err
+		}
+		return errBoom
+	})
+	if !errors.Is(err, errBoom) {
+		t.Errorf("Transact = %v, want fn's error", err)
+	}
+	if got := count(); got != 1 {
+		t.Errorf("after a failed Transact kv holds %d rows, want 1", got)
+	}
+
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Errorf("Transact swallowed a panic")
+			}
+		}()
+		db.Transact(ctx, func(tx pgx.Tx) error {
+			insert(tx, "c")
+			panic("boom")
+		})
+	}()
+	if got := count(); got != 1 {
+		t.Errorf("after a panicking Transact kv holds %d rows, want 1", got)
+	}
+}
+
+// TestPutHistoryBatches writes more chunks than one statement carries.
+func TestPutHistoryBatches(t *testing.T) {
+	db := openTest(t)
+	ctx := t.Context()
+	start := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	const coins, hours = 150, 24 * 40 // 6,000 chunks
+	var series []coinpulse.Series
+	for c := range coins {
+		s := coinpulse.Series{CoinID: fmt.Sprintf("coin-%03d", c)}
+		for h := range hours {
+			s.Points = append(s.Points, coinpulse.HistoryPoint{Timestamp: start.Add(time.Duration(h) * time.Hour), Price: float64(c*hours + h)})
+		}
+		series = append(series, s)
+	}
+	if err := db.PutHistory(ctx, coinpulse.Hourly, series); err != nil {
+		t.Fatalf("PutHistory: %v", err)
+	}
+	var n int
+	if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM price_history`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != coins*40 {
+		t.Errorf("price_history holds %d rows, want %d", n, coins*40)
+	}
+	for _, c := range []int{0, 77, coins - 1} {
+		got, err := db.History(ctx, series[c].CoinID, coinpulse.Hourly, start, start.Add(hours*time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != hours || got[0].Price != float64(c*hours) || got[hours-1].Price != float64(c*hours+hours-1) {
+			t.Errorf("History(%s) = %d points, want %d from %d", series[c].CoinID, len(got), hours, c*hours)
+		}
+	}
+}

@@ -1,0 +1,43 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"coinpulse"
+)
+
+// GetKV returns the value stored under key (non-nil, possibly empty), or a
+// RESOURCE_NOT_FOUND error when there is none.
+func (db *DB) GetKV(ctx context.Context, key string) ([]byte, error) {
+	var value []byte
+	err := db.db.QueryRowContext(ctx, `SELECT value FROM kv WHERE key = ?`, key).Scan(&value)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, coinpulse.Errorf(coinpulse.CodeNotFound, "No value is stored under %q.", key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: get %q: %w", key, err)
+	}
+	if value == nil {
+		value = []byte{}
+	}
+	return value, nil
+}
+
+// PutKV stores value under key, replacing any previous value. It returns
+// the database's error, if any.
+func (db *DB) PutKV(ctx context.Context, key string, value []byte) error {
+	if value == nil {
+		value = []byte{}
+	}
+	_, err := db.db.ExecContext(ctx, `
+		INSERT INTO kv (key, value, updated_at) VALUES (?, ?, ?)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`,
+		key, value, micros(db.now()))
+	if err != nil {
+		return fmt.Errorf("sqlite: put %q: %w", key, err)
+	}
+	return nil
+}

@@ -1,0 +1,253 @@
+// Package sqlite is the SQLite implementation of coinpulse.Store, through
+// modernc.org/sqlite (no cgo). It is the default store: one file, one node.
+//
+// The database runs in WAL mode with foreign keys on and synchronous
+// NORMAL; every transaction begins IMMEDIATE, so write transactions
+// serialize and a read-check-write inside Transact is atomic. Times are
+// stored as INTEGER microseconds since the Unix epoch and come back in UTC.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"coinpulse"
+)
+
+// DB is a SQLite database holding Coinpulse's state. It is safe for
+// concurrent use.
+type DB struct {
+	db  *sql.DB
+	now func() time.Time
+
+	keyByHash *sql.Stmt
+}
+
+var _ coinpulse.Store = (*DB)(nil)
+
+// busyTimeout is how long a statement waits for another connection's lock
+// before failing with SQLITE_BUSY.
+const busyTimeout = 10 * time.Second
+
+// Open opens (creating it, and its parent directory, when missing) the
+// SQLite database at path and brings its schema up to date. It returns an
+// error when the directory or file cannot be created, the file is not a
+// SQLite database, or a migration fails; path must not contain '?'.
+func Open(ctx context.Context, path string) (*DB, error) {
+	if path == "" || strings.Contains(path, "?") {
+		return nil, fmt.Errorf("sqlite: invalid database path %q", path)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("sqlite: create directory of %s: %w", path, err)
+	}
+	q := url.Values{}
+	q.Set("_txlock", "immediate")
+	q.Add("_pragma", "busy_timeout("+strconv.FormatInt(busyTimeout.Milliseconds(), 10)+")")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	sqldb, err := sql.Open("sqlite", path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	// Opening a connection runs the pragmas and reads the schema: keep a
+	// few idle ones rather than database/sql's default of two.
+	sqldb.SetMaxIdleConns(8)
+	db := &DB{db: sqldb, now: time.Now}
+	if err := db.init(ctx); err != nil {
+		sqldb.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	return db, nil
+}
+
+func (db *DB) init(ctx context.Context) error {
+	if err := db.db.PingContext(ctx); err != nil {
+		return err
+	}
+	if err := db.migrate(ctx); err != nil {
+		return err
+	}
+	var err error
+	db.keyByHash, err = db.db.PrepareContext(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE hash = ?`)
+	return err
+}
+
+// Close closes the database's connections. It returns the first error
+// closing them gave.
+func (db *DB) Close() error {
+	var errs []error
+	if db.keyByHash != nil {
+		errs = append(errs, db.keyByHash.Close())
+	}
+	errs = append(errs, db.db.Close())
+	return errors.Join(errs...)
+}
+
+// Ping reports whether the database answers; it returns the driver's error
+// when it does not.
+func (db *DB) Ping(ctx context.Context) error {
+	if err := db.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("sqlite: ping: %w", err)
+	}
+	return nil
+}
+
+// Transact runs fn inside a transaction, which begins IMMEDIATE and so
+// holds the database's write lock throughout. It commits when fn returns
+// nil and rolls back otherwise (a panic in fn rolls back and is re-raised).
+// It returns fn's error unchanged, or the error of beginning or committing.
+func (db *DB) Transact(ctx context.Context, fn func(*sql.Tx) error) (err error) {
+	tx, err := db.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlite: begin: %w", err)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			tx.Rollback()
+			panic(p)
+		}
+		if err != nil {
+			tx.Rollback()
+		}
+	}()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlite: commit: %w", err)
+	}
+	return nil
+}
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// migration is one file of migrations/: NNNN_name.sql, applied in order of
+// NNNN.
+type migration struct {
+	version int64
+	name    string
+	sql     string
+}
+
+func readMigrations() ([]migration, error) {
+	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for _, name := range names { // Glob sorts by name
+		base := path.Base(name)
+		prefix, _, ok := strings.Cut(base, "_")
+		version, err := strconv.ParseInt(prefix, 10, 64)
+		if !ok || err != nil || version <= 0 {
+			return nil, fmt.Errorf("migration %s: name must start with a positive version and '_'", base)
+		}
+		if len(ms) > 0 && version <= ms[len(ms)-1].version {
+			return nil, fmt.Errorf("migration %s: version %d is not above the previous one", base, version)
+		}
+		b, err := migrationFiles.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, migration{version: version, name: base, sql: string(b)})
+	}
+	return ms, nil
+}
+
+// migrate applies the migrations not yet recorded in schema_migrations,
+// each in its own transaction together with its record.
+func (db *DB) migrate(ctx context.Context) error {
+	ms, err := readMigrations()
+	if err != nil {
+		return err
+	}
+	_, err = db.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    INTEGER PRIMARY KEY,
+		applied_at INTEGER NOT NULL
+	)`)
+	if err != nil {
+		return fmt.Errorf("create schema_migrations: %w", err)
+	}
+	for _, m := range ms {
+		err := db.Transact(ctx, func(tx *sql.Tx) error {
+			var n int
+			err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, m.version).Scan(&n)
+			if err != nil || n > 0 {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+				return err
+			}
+			_, err = tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`,
+				m.version, micros(db.now()))
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("migration %s: %w", m.name, err)
+		}
+	}
+	return nil
+}
+
+// Times are stored as microseconds since the Unix epoch; finer precision is
+// truncated so that both engines return what they were given.
+
+// micros returns t as stored.
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+// nullMicros returns t as stored, or nil for NULL.
+func nullMicros(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return t.UnixMicro()
+}
+
+// fromMicros returns a stored time, in UTC.
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// fromNullMicros returns a stored nullable time, in UTC.
+func fromNullMicros(n sql.NullInt64) *time.Time {
+	if !n.Valid {
+		return nil
+	}
+	t := fromMicros(n.Int64)
+	return &t
+}
+
+// truncate returns t as it reads back from the database: UTC, whole
+// microseconds.
+func truncate(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// truncatePtr is truncate for an optional time.
+func truncatePtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	v := truncate(*t)
+	return &v
+}
+
+// isUniqueViolation reports whether err is a UNIQUE or PRIMARY KEY
+// constraint failure.
+func isUniqueViolation(err error) bool {
+	var e *sqlite.Error
+	return errors.As(err, &e) &&
+		(e.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || e.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
+}
