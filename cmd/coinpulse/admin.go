@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"coinpulse"
+	"coinpulse/internal/password"
+)
+
+// adminFlags are the flags every account command shares.
+type adminFlags struct {
+	fs      *flag.FlagSet
+	db      *string
+	dataDir *string
+	email   *string
+}
+
+func newAdminFlags(name string, stderr io.Writer) adminFlags {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return adminFlags{fs: fs, db: dbFlag(fs), dataDir: fs.String("data-dir", defaultDataDir, "directory of the default SQLite database"), email: fs.String("email", "", "the account's e-mail address (required)")}
+}
+
+func (a adminFlags) parse(args []string, getenv func(string) string) error {
+	if err := parseFlags(a.fs, args, getenv); err != nil {
+		return err
+	}
+	if strings.TrimSpace(*a.email) == "" {
+		fmt.Fprintln(a.fs.Output(), "--email is required")
+		return usageError{fmt.Errorf("--email is required")}
+	}
+	return nil
+}
+
+func (a adminFlags) open(ctx context.Context) (coinpulse.Store, error) {
+	return openStore(ctx, *a.db, *a.dataDir)
+}
+
+// parseExpiry reads an optional RFC 3339 time.
+func parseExpiry(s string) (*time.Time, error) {
+	if s == "" {
+		return nil, nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return nil, fmt.Errorf("--expires must be an RFC 3339 time such as 2027-01-31T00:00:00Z: %w", err)
+	}
+	t = t.UTC()
+	return &t, nil
+}
+
+func runUsersCreate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	a := newAdminFlags("users create", stderr)
+	tier := a.fs.String("tier", "free", "tier: free, premium, pro, enterprise or business")
+	expires := a.fs.String("expires", "", "paid tier expiry (RFC 3339); none by default")
+	pw := a.fs.String("password", "", "password for the dashboard (optional)")
+	if err := a.parse(args, getenv); err != nil {
+		return err
+	}
+	t, err := coinpulse.ParseTier(*tier)
+	if err != nil {
+		return err
+	}
+	exp, err := parseExpiry(*expires)
+	if err != nil {
+		return err
+	}
+	u := &coinpulse.User{Email: strings.TrimSpace(*a.email), Tier: t, TierExpiresAt: exp}
+	if *pw != "" {
+		if u.PasswordHash, err = password.Hash(*pw); err != nil {
+			return err
+		}
+	}
+	store, err := a.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if err := store.CreateUser(ctx, u); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "created user %d %s (tier %s)\n", u.ID, u.Email, u.Tier)
+	return nil
+}
+
+func runUsersSetTier(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	a := newAdminFlags("users set-tier", stderr)
+	tier := a.fs.String("tier", "", "tier: free, premium, pro, enterprise or business (required)")
+	expires := a.fs.String("expires", "", "paid tier expiry (RFC 3339); empty for none")
+	if err := a.parse(args, getenv); err != nil {
+		return err
+	}
+	t, err := coinpulse.ParseTier(*tier)
+	if err != nil {
+		return err
+	}
+	exp, err := parseExpiry(*expires)
+	if err != nil {
+		return err
+	}
+	store, err := a.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	u, err := store.UserByEmail(ctx, *a.email)
+	if err != nil {
+		return err
+	}
+	if err := store.SetUserTier(ctx, u.ID, t, exp); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "user %s is now on tier %s\n", u.Email, t)
+	return nil
+}
+
+func runKeysCreate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	a := newAdminFlags("keys create", stderr)
+	name := a.fs.String("name", "default", "a name for the key")
+	perms := a.fs.String("permissions", "read,write", "comma-separated: read, write")
+	test := a.fs.Bool("test", false, "create a sandbox key (sk_test_)")
+	expires := a.fs.String("expires", "", "key expiry (RFC 3339); none by default")
+	if err := a.parse(args, getenv); err != nil {
+		return err
+	}
+	p, err := coinpulse.ParsePermissions(*perms)
+	if err != nil {
+		return err
+	}
+	exp, err := parseExpiry(*expires)
+	if err != nil {
+		return err
+	}
+	store, err := a.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	u, err := store.UserByEmail(ctx, *a.email)
+	if err != nil {
+		return err
+	}
+	key, err := createKey(ctx, store, u.ID, *name, *test, p, exp)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, key)
+	return nil
+}
+
+// createKey makes a key for the user and returns its plaintext.
+func createKey(ctx context.Context, store coinpulse.AccountStore, userID int64, name string, test bool, p coinpulse.Permissions, exp *time.Time) (string, error) {
+	mode := coinpulse.ModeLive
+	if test {
+		mode = coinpulse.ModeTest
+	}
+	key, rec, err := coinpulse.NewAPIKey(userID, name, mode, p)
+	if err != nil {
+		return "", err
+	}
+	rec.ExpiresAt = exp
+	if err := store.CreateKey(ctx, rec); err != nil {
+		return "", err
+	}
+	return key, nil
+}
+
+func runKeysList(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	a := newAdminFlags("keys list", stderr)
+	if err := a.parse(args, getenv); err != nil {
+		return err
+	}
+	store, err := a.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	u, err := store.UserByEmail(ctx, *a.email)
+	if err != nil {
+		return err
+	}
+	keys, err := store.KeysByUser(ctx, u.ID)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tKEY\tMODE\tPERMISSIONS\tCREATED\tLAST USED\tEXPIRES\tSTATUS")
+	now := time.Now()
+	for _, k := range keys {
+		status := "active"
+		switch {
+		case k.RevokedAt != nil:
+			status = "revoked"
+		case !k.Active(now):
+			status = "expired"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Display(), k.Mode, k.Permissions, k.CreatedAt.UTC().Format(time.RFC3339), fmtTime(k.LastUsedAt), fmtTime(k.ExpiresAt), status)
+	}
+	return tw.Flush()
+}
+
+func fmtTime(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func runKeysRevoke(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	a := newAdminFlags("keys revoke", stderr)
+	id := a.fs.String("id", "", "the key's id (from keys list)")
+	key := a.fs.String("key", "", "the full key")
+	if err := a.parse(args, getenv); err != nil {
+		return err
+	}
+	if (*id == "") == (*key == "") {
+		fmt.Fprintln(stderr, "give exactly one of --id or --key")
+		return usageError{fmt.Errorf("give exactly one of --id or --key")}
+	}
+	store, err := a.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	u, err := store.UserByEmail(ctx, *a.email)
+	if err != nil {
+		return err
+	}
+	var keyID int64
+	if *key != "" {
+		k, err := store.KeyByHash(ctx, coinpulse.HashKey(strings.TrimSpace(*key)))
+		if err != nil {
+			return err
+		}
+		keyID = k.ID
+	} else if keyID, err = strconv.ParseInt(*id, 10, 64); err != nil {
+		return fmt.Errorf("--id must be a number: %w", err)
+	}
+	if err := store.RevokeKey(ctx, u.ID, keyID, time.Now()); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "revoked key %d of %s\n", keyID, u.Email)
+	return nil
+}
+
+func runMigrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	db := dbFlag(fs)
+	dataDir := fs.String("data-dir", defaultDataDir, "directory of the default SQLite database")
+	if err := parseFlags(fs, args, getenv); err != nil {
+		return err
+	}
+	store, err := openStore(ctx, *db, *dataDir)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s is up to date\n", describeDB(*db, *dataDir))
+	return store.Close()
+}

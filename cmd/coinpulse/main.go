@@ -1,0 +1,162 @@
+// Command coinpulse runs the Coinpulse API server and its operator CLI.
+//
+//	coinpulse serve [flags]           run the server
+//	coinpulse users create|set-tier   manage accounts
+//	coinpulse keys create|list|revoke manage API keys
+//	coinpulse migrate                 apply database migrations and exit
+//
+// Every flag can also be set with an environment variable COINPULSE_<NAME>
+// (upper case, dashes as underscores), or read from a file named by
+// COINPULSE_<NAME>_FILE; a flag on the command line wins.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"coinpulse"
+	"coinpulse/internal/postgres"
+	"coinpulse/internal/sqlite"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		var u usageError
+		if !errors.As(err, &u) {
+			fmt.Fprintln(os.Stderr, "coinpulse:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+// usageError is a command-line mistake whose message was already printed.
+type usageError struct{ error }
+
+const usage = `Usage: coinpulse <command> [flags]
+
+Commands:
+  serve           run the API server (SQLite and the simulated feed by default)
+  users create    create an account: --email E --tier T [--expires RFC3339] [--password P]
+  users set-tier  change an account's tier: --email E --tier T [--expires RFC3339]
+  keys create     create an API key and print it alone on stdout:
+                  --email E [--name N] [--permissions read,write] [--test] [--expires RFC3339]
+  keys list       list an account's keys: --email E
+  keys revoke     revoke a key: --email E (--id N | --key sk_...)
+  migrate         apply database migrations and exit
+
+Every command that touches data takes --db (sqlite:PATH, a bare path, or
+postgres://...). Run "coinpulse <command> -h" for its flags.
+`
+
+// run is the whole program, with its environment passed in for tests.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return usageError{errors.New("no command")}
+	}
+	cmd, rest := args[0], args[1:]
+	if (cmd == "users" || cmd == "keys") && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+		cmd, rest = cmd+" "+rest[0], rest[1:]
+	}
+	switch cmd {
+	case "serve":
+		return runServe(ctx, rest, getenv, stdout, stderr)
+	case "users create":
+		return runUsersCreate(ctx, rest, getenv, stdout, stderr)
+	case "users set-tier":
+		return runUsersSetTier(ctx, rest, getenv, stdout, stderr)
+	case "keys create":
+		return runKeysCreate(ctx, rest, getenv, stdout, stderr)
+	case "keys list":
+		return runKeysList(ctx, rest, getenv, stdout, stderr)
+	case "keys revoke":
+		return runKeysRevoke(ctx, rest, getenv, stdout, stderr)
+	case "migrate":
+		return runMigrate(ctx, rest, getenv, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprintf(stderr, "coinpulse: unknown command %q\n\n%s", cmd, usage)
+	return usageError{fmt.Errorf("unknown command %q", cmd)}
+}
+
+// parseFlags parses args into fs after applying COINPULSE_* environment
+// variables (and their _FILE variants) as defaults.
+func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) error {
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "COINPULSE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		v := getenv(name)
+		if file := getenv(name + "_FILE"); file != "" && v == "" {
+			b, err := os.ReadFile(file)
+			if err != nil {
+				envErr = fmt.Errorf("%s_FILE: %w", name, err)
+				return
+			}
+			v = strings.TrimSpace(string(b))
+		}
+		if v != "" {
+			if err := fs.Set(f.Name, v); err != nil && envErr == nil {
+				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "unexpected argument %q\n", fs.Arg(0))
+		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	return nil
+}
+
+// defaultDataDir is where the SQLite file lives unless --db says otherwise.
+const defaultDataDir = "coinpulse-data"
+
+func dbFlag(fs *flag.FlagSet) *string {
+	return fs.String("db", "", "database: sqlite:PATH, a bare path, or postgres://... (default sqlite:<data-dir>/coinpulse.db)")
+}
+
+// openStore opens the store a --db value names.
+func openStore(ctx context.Context, dsn, dataDir string) (coinpulse.Store, error) {
+	switch {
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		return postgres.Open(ctx, dsn)
+	case dsn == "":
+		if dataDir == "" {
+			dataDir = defaultDataDir
+		}
+		return sqlite.Open(ctx, filepath.Join(dataDir, "coinpulse.db"))
+	}
+	return sqlite.Open(ctx, strings.TrimPrefix(dsn, "sqlite:"))
+}
+
+// describeDB renders a --db value for messages, without any password.
+func describeDB(dsn, dataDir string) string {
+	if dsn == "" {
+		if dataDir == "" {
+			dataDir = defaultDataDir
+		}
+		return "sqlite:" + filepath.Join(dataDir, "coinpulse.db")
+	}
+	if at := strings.LastIndex(dsn, "@"); at >= 0 && strings.Contains(dsn, "://") {
+		scheme := dsn[:strings.Index(dsn, "://")+3]
+		return scheme + "…" + dsn[at:]
+	}
+	return dsn
+}

@@ -1,0 +1,338 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"coinpulse"
+	"coinpulse/internal/storetest"
+)
+
+// cli runs the program with args and an environment, returning stdout and
+// stderr.
+func cli(t *testing.T, env map[string]string, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	err := run(context.Background(), args, func(k string) string { return env[k] }, &out, &errb)
+	return out.String(), errb.String(), err
+}
+
+func mustCLI(t *testing.T, env map[string]string, args ...string) string {
+	t.Helper()
+	out, errOut, err := cli(t, env, args...)
+	if err != nil {
+		t.Fatalf("coinpulse %s: %v\n%s", strings.Join(args, " "), err, errOut)
+	}
+	return out
+}
+
+var keyLine = regexp.MustCompile(`^sk_(live|test)_[0-9A-Za-z]{38}\n$`)
+
+func TestOperatorCLI(t *testing.T) {
+	db := "sqlite:" + filepath.Join(t.TempDir(), "cp.db")
+	env := map[string]string{"COINPULSE_DB": db}
+	mustCLI(t, env, "users", "create", "--email", "Ann@Example.com", "--tier", "premium", "--expires", "2099-01-01T00:00:00Z", "--password", "hunter22")
+	if _, _, err := cli(t, env, "users", "create", "--email", "ann@example.com"); coinpulse.ErrorCode(err) != coinpulse.CodeConflict {
+		t.Errorf("duplicate e-mail in another case: %v, want CONFLICT", err)
+	}
+	if _, _, err := cli(t, env, "users", "create", "--email", "bob@example.com", "--tier", "gold"); coinpulse.ErrorCode(err) != coinpulse.CodeValidation {
+		t.Errorf("unknown tier: %v", err)
+	}
+	if _, _, err := cli(t, env, "users", "create"); err == nil {
+		t.Error("users create without --email succeeded")
+	}
+
+	key := mustCLI(t, env, "keys", "create", "--email", "ann@example.com", "--name", "ci", "--permissions", "read")
+	if !keyLine.MatchString(key) {
+		t.Fatalf("keys create printed %q, want the key alone on a line", key)
+	}
+	test := mustCLI(t, env, "keys", "create", "--email", "ann@example.com", "--test")
+	if !strings.HasPrefix(test, "sk_test_") {
+		t.Errorf("--test made %q", test)
+	}
+	list := mustCLI(t, env, "keys", "list", "--email", "ann@example.com")
+	if !strings.Contains(list, key[:12]+"…"+key[len(key)-5:len(key)-1]) || !strings.Contains(list, "read ") || strings.Contains(list, key[12:30]) {
+		t.Errorf("keys list shows:\n%s", list)
+	}
+	// The 5-key limit.
+	for range 3 {
+		mustCLI(t, env, "keys", "create", "--email", "ann@example.com")
+	}
+	if _, _, err := cli(t, env, "keys", "create", "--email", "ann@example.com"); coinpulse.ErrorCode(err) != coinpulse.CodeKeyLimitReached {
+		t.Errorf("sixth key: %v, want KEY_LIMIT_REACHED", err)
+	}
+	mustCLI(t, env, "keys", "revoke", "--email", "ann@example.com", "--key", strings.TrimSpace(key))
+	if list := mustCLI(t, env, "keys", "list", "--email", "ann@example.com"); !strings.Contains(list, "revoked") {
+		t.Errorf("revoked key not shown as revoked:\n%s", list)
+	}
+	mustCLI(t, env, "keys", "create", "--email", "ann@example.com") // a slot is free again
+	if _, _, err := cli(t, env, "keys", "revoke", "--email", "ann@example.com", "--id", "9999"); !coinpulse.IsNotFound(err) {
+		t.Errorf("revoking an unknown id: %v", err)
+	}
+	mustCLI(t, env, "users", "set-tier", "--email", "ann@example.com", "--tier", "free")
+	if _, _, err := cli(t, env, "users", "set-tier", "--email", "nobody@example.com", "--tier", "pro"); !coinpulse.IsNotFound(err) {
+		t.Errorf("set-tier of an unknown user: %v", err)
+	}
+	if _, _, err := cli(t, env, "keys", "create", "--email", "ann@example.com", "--expires", "tomorrow"); err == nil {
+		t.Error("a malformed --expires was accepted")
+	}
+	if _, _, err := cli(t, nil, "frobnicate"); err == nil {
+		t.Error("an unknown command succeeded")
+	}
+	mustCLI(t, env, "migrate")
+
+	// A flag's _FILE variant is read, and a flag on the command line wins
+	// over the environment.
+	f := filepath.Join(t.TempDir(), "db-url")
+	os.WriteFile(f, []byte(db+"\n"), 0o600)
+	mustCLI(t, map[string]string{"COINPULSE_DB_FILE": f}, "keys", "list", "--email", "ann@example.com")
+	mustCLI(t, map[string]string{"COINPULSE_DB": "sqlite:/nonexistent/dir/x.db"}, "keys", "list", "--email", "ann@example.com", "--db", db)
+}
+
+// syncBuffer is a bytes.Buffer safe for the server goroutine to write
+// while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// server is a running `coinpulse serve`.
+type server struct {
+	base   string
+	stdout *syncBuffer
+	stderr *syncBuffer
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startServe(t *testing.T, args ...string) *server {
+	t.Helper()
+	addr := freeAddr(t)
+	s := &server{base: "http://" + addr, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan error, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	go func() {
+		s.done <- run(ctx, append([]string{"serve", "--addr", addr, "--refresh", "1s"}, args...), func(string) string { return "" }, s.stdout, s.stderr)
+	}()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		res, err := http.Get(s.base + "/readyz")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				break
+			}
+		}
+		select {
+		case err := <-s.done:
+			t.Fatalf("serve exited: %v\n%s", err, s.stderr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve not ready after 3 minutes\n%s", s.stderr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Cleanup(func() { s.stop(t) })
+	return s
+}
+
+// stop shuts the server down gracefully and checks that it exits cleanly.
+func (s *server) stop(t *testing.T) {
+	t.Helper()
+	if s.cancel == nil {
+		return
+	}
+	s.cancel()
+	s.cancel = nil
+	select {
+	case err := <-s.done:
+		if err != nil {
+			t.Errorf("serve returned %v\n%s", err, s.stderr)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("serve did not stop within 30 s")
+	}
+}
+
+func (s *server) get(t *testing.T, path, key string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", s.base+path, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var body map[string]any
+	if err := json.NewDecoder(res.Body).Decode(&body); err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	return res.StatusCode, body
+}
+
+var demoKey = regexp.MustCompile(`(live|sandbox) key: +(sk_\w+)`)
+
+// testServeEndToEnd starts serve on db, uses the demo keys, revokes one
+// with the CLI, restarts and checks the warm start.
+func testServeEndToEnd(t *testing.T, db string, extra ...string) {
+	args := append([]string{"--db", db}, extra...)
+	s := startServe(t, args...)
+	keys := map[string]string{}
+	for _, m := range demoKey.FindAllStringSubmatch(s.stdout.String(), -1) {
+		keys[m[1]] = m[2]
+	}
+	if keys["live"] == "" || keys["sandbox"] == "" || !strings.Contains(s.stdout.String(), "curl -H \"Authorization: Bearer sk_") {
+		t.Fatalf("serve did not print demo keys and a curl line:\n%s", s.stdout)
+	}
+	for _, k := range keys {
+		if status, body := s.get(t, "/api/v1/markets?per_page=5", k); status != 200 || len(body["data"].([]any)) != 5 {
+			t.Fatalf("markets with a demo key: %d %v", status, body)
+		}
+	}
+	if status, body := s.get(t, "/v1/coins/btc/history?days=90&interval=hourly", keys["live"]); status != 200 || len(body["data"].(map[string]any)["points"].([]any)) < 90*24 {
+		t.Fatalf("hourly history: %d", status)
+	}
+
+	// Revoking with the CLI (another process's connection to the same
+	// database) fails the key on the server within the epoch poll.
+	env := map[string]string{"COINPULSE_DB": db}
+	mustCLI(t, env, "keys", "revoke", "--email", DemoEmail, "--key", keys["live"])
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		status, body := s.get(t, "/api/v1/markets/global", keys["live"])
+		if status == 401 {
+			if body["error"].(map[string]any)["code"] != "INVALID_API_KEY" {
+				t.Errorf("revoked key: %v", body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("revoked key still works after 5 s: %d", status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Tier changes reach the server the same way.
+	mustCLI(t, env, "users", "set-tier", "--email", DemoEmail, "--tier", "free")
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		status, _ := s.get(t, "/api/v1/markets/top-movers", keys["sandbox"])
+		if status == 403 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tier change not seen after 5 s: %d", status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.stop(t)
+	t.Logf("first server:\n%s", s.stderr)
+
+	// A warm start reuses the data: no backfill, the same account.
+	s2 := startServe(t, args...)
+	if strings.Contains(s2.stderr.String(), "backfilling history") {
+		t.Errorf("warm start backfilled again:\n%s", s2.stderr)
+	}
+	if !strings.Contains(s2.stdout.String(), "keys create --email "+DemoEmail) {
+		t.Errorf("second start does not say how to get a key:\n%s", s2.stdout)
+	}
+	if status, _ := s2.get(t, "/api/v1/markets", keys["sandbox"]); status != 200 {
+		t.Errorf("sandbox key after restart: %d", status)
+	}
+}
+
+func TestServeSQLite(t *testing.T) {
+	testServeEndToEnd(t, "sqlite:"+filepath.Join(t.TempDir(), "coinpulse.db"))
+}
+
+func TestServePostgres(t *testing.T) {
+	testServeEndToEnd(t, postgresSchema(t))
+}
+
+// postgresSchema creates a fresh schema on the test server and returns a
+// URL whose connections use it.
+func postgresSchema(t *testing.T) string {
+	t.Helper()
+	base := storetest.PostgresURL(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("connect %s: %v", base, err)
+	}
+	defer conn.Close(ctx)
+	b := make([]byte, 6)
+	rand.Read(b)
+	schema := "cmd_" + hex.EncodeToString(b)
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), base)
+		if err == nil {
+			c.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+			c.Close(context.Background())
+		}
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func TestServeRejectsBadConfig(t *testing.T) {
+	for _, args := range [][]string{
+		{"serve", "--refresh", "1ms"},
+		{"serve", "--feed", "nope"},
+		{"serve", "--log-level", "loud"},
+		{"serve", "--sim-coins", "1000000"},
+		{"serve", "extra"},
+	} {
+		if _, _, err := cli(t, nil, args...); err == nil {
+			t.Errorf("%v: accepted", args)
+		}
+	}
+	if _, _, err := cli(t, map[string]string{"COINPULSE_REFRESH": "soon"}, "serve"); err == nil || !strings.Contains(err.Error(), "COINPULSE_REFRESH") {
+		t.Errorf("a bad COINPULSE_REFRESH: %v", err)
+	}
+}

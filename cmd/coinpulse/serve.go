@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"coinpulse"
+	"coinpulse/internal/api"
+	"coinpulse/internal/feed/sim"
+	"coinpulse/internal/market"
+)
+
+// serveConfig is everything serve reads from flags and environment.
+type serveConfig struct {
+	addr, db, dataDir, feed  string
+	refresh, shutdownTimeout time.Duration
+	seed                     int64
+	simCoins                 int
+	maxBody                  int64
+	minMoverVolume           float64
+	logLevel, logFormat      string
+	demo                     bool
+}
+
+func parseServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
+	var c serveConfig
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "address to listen on")
+	db := dbFlag(fs)
+	fs.StringVar(&c.dataDir, "data-dir", defaultDataDir, "directory of the default SQLite database")
+	fs.StringVar(&c.feed, "feed", "sim", "market feed: sim")
+	fs.DurationVar(&c.refresh, "refresh", time.Minute, "time between price refreshes (a Go duration such as 1s)")
+	fs.Int64Var(&c.seed, "seed", 1, "seed of the simulated feed")
+	fs.IntVar(&c.simCoins, "sim-coins", sim.MinCoins, "size of the simulated universe (real coins topped up with synthetic sim- coins; at least 1000)")
+	fs.Int64Var(&c.maxBody, "max-body", 64<<10, "largest request body in bytes")
+	fs.Float64Var(&c.minMoverVolume, "min-mover-volume", 50_000, "24 h volume floor (USD) for top movers")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long graceful shutdown waits for in-flight requests")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
+	fs.BoolVar(&c.demo, "demo", true, "on a fresh database, create a demo account and print its keys")
+	if err := parseFlags(fs, args, getenv); err != nil {
+		return c, err
+	}
+	c.db = *db
+	switch {
+	case c.feed != "sim":
+		return c, fmt.Errorf("--feed %q: only sim is available in this version", c.feed)
+	case c.refresh < 100*time.Millisecond:
+		return c, fmt.Errorf("--refresh %s: must be at least 100ms", c.refresh)
+	case c.maxBody < 1024:
+		return c, fmt.Errorf("--max-body %d: must be at least 1024", c.maxBody)
+	case c.simCoins > 100_000:
+		return c, fmt.Errorf("--sim-coins %d: at most 100000", c.simCoins)
+	}
+	return c, nil
+}
+
+func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: %w", level, err)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: text or json", format)
+}
+
+func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := parseServe(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(cfg.logLevel, cfg.logFormat, stderr)
+	if err != nil {
+		return err
+	}
+	store, err := openStore(ctx, cfg.db, cfg.dataDir)
+	if err != nil {
+		return fmt.Errorf("open database %s: %w", describeDB(cfg.db, cfg.dataDir), err)
+	}
+	defer store.Close()
+	log.Info("database open", "db", describeDB(cfg.db, cfg.dataDir))
+
+	feed, err := sim.New(cfg.seed, cfg.simCoins)
+	if err != nil {
+		return err
+	}
+	log.Warn("market data is SIMULATED: prices are made up by the sim feed", "feed", feed.String())
+	engine := market.New(market.Config{Feed: feed, Store: store, Log: log, Refresh: cfg.refresh, MinMoverVolume: cfg.minMoverVolume})
+	srv := api.New(api.Config{Store: store, Market: engine, Log: log, MaxBody: cfg.maxBody})
+
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return err
+	}
+	base := "http://" + ln.Addr().String()
+	log.Info("listening", "addr", ln.Addr().String(), "docs", base+"/docs")
+	if cfg.demo {
+		if err := demoAccount(ctx, store, base, cfg, stdout); err != nil {
+			return err
+		}
+	}
+
+	// Background work stops after the HTTP server has drained.
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBG()
+	var wg sync.WaitGroup
+	wg.Go(func() { srv.Run(bg) })
+	wg.Go(func() {
+		if err := engine.Load(bg); err != nil {
+			if bg.Err() == nil {
+				log.Error("market data failed to load", "err", err)
+			}
+			return
+		}
+		if err := engine.Run(bg); err != nil {
+			log.Error("market engine stopped", "err", err)
+		}
+	})
+
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	select {
+	case err := <-serveErr:
+		stopBG()
+		wg.Wait()
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "timeout", cfg.shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout)
+	defer cancel()
+	err = hs.Shutdown(sctx)
+	stopBG()
+	wg.Wait()
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// DemoEmail is the account serve creates on a fresh database.
+const DemoEmail = "demo@coinpulse.local"
+
+// demoAccount creates the demo account with a live and a sandbox key on a
+// fresh database and prints them with a ready curl line; on later starts
+// it prints how to get a key.
+func demoAccount(ctx context.Context, store coinpulse.Store, base string, cfg serveConfig, stdout io.Writer) error {
+	dbArg := ""
+	if cfg.db != "" {
+		dbArg = " --db '" + describeDB(cfg.db, cfg.dataDir) + "'"
+	} else if cfg.dataDir != defaultDataDir {
+		dbArg = " --data-dir '" + cfg.dataDir + "'"
+	}
+	_, err := store.UserByEmail(ctx, DemoEmail)
+	if err == nil {
+		fmt.Fprintf(stdout, "\nCoinpulse is starting on %s (demo account %s).\nCreate a key for it with:\n  go run ./cmd/coinpulse keys create --email %s%s\nthen: curl -H \"Authorization: Bearer <key>\" %s/api/v1/markets?per_page=5\n\n", base, DemoEmail, DemoEmail, dbArg, base)
+		return nil
+	}
+	if !coinpulse.IsNotFound(err) {
+		return err
+	}
+	u := &coinpulse.User{Email: DemoEmail, Tier: coinpulse.TierPro}
+	if err := store.CreateUser(ctx, u); err != nil {
+		return err
+	}
+	rw := coinpulse.Permissions{Read: true, Write: true}
+	live, err := createKey(ctx, store, u.ID, "demo live", false, rw, nil)
+	if err != nil {
+		return err
+	}
+	test, err := createKey(ctx, store, u.ID, "demo sandbox", true, rw, nil)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, `
+Coinpulse is starting on %s with a demo account (%s, tier pro).
+These keys are shown once; keep them:
+
+  live key:    %s
+  sandbox key: %s
+
+Try it (market data is ready a few seconds after the first start):
+
+  curl -H "Authorization: Bearer %s" "%s/api/v1/markets?per_page=5"
+
+API docs: %s/docs
+More keys: go run ./cmd/coinpulse keys create --email %s%s
+
+`, base, DemoEmail, live, test, test, base, base, DemoEmail, dbArg)
+	return nil
+}
