@@ -58,7 +58,7 @@ func parseUniverse(text string) ([]*coin, error) {
 				return 0, nil, nil
 			}
 			v, err := strconv.ParseFloat(s, 64)
-			if err != nil || v <= 0 || math.IsInf(v, 0) {
+			if err != nil || !(v > 0) || math.IsInf(v, 0) { // !(v > 0) also rejects NaN
 				return 0, nil, fmt.Errorf("universe.csv line %d: %s %q is not a positive number", line, universeColumns[col], s)
 			}
 			return v, &v, nil

@@ -1,0 +1,627 @@
+package market
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"coinpulse"
+	"coinpulse/internal/feed/sim"
+	"coinpulse/internal/sqlite"
+)
+
+// start is the engine tests' first clock reading: off every grid.
+var start = time.Date(2026, 3, 10, 12, 34, 56, 0, time.UTC)
+
+// fakeClock is a settable coinpulse.Clock.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
+}
+
+// historyCall is one History request made of the feed.
+type historyCall struct {
+	id       string
+	interval coinpulse.Interval
+	from, to time.Time
+}
+
+// spyFeed is the sim feed, recording the History requests. String and
+// Markets are sim's, so the engine's fingerprint is the sim's.
+type spyFeed struct {
+	*sim.Feed
+	mu    sync.Mutex
+	calls []historyCall
+}
+
+func (s *spyFeed) History(ctx context.Context, info coinpulse.CoinInfo, interval coinpulse.Interval, from, to time.Time) ([]coinpulse.HistoryPoint, error) {
+	s.mu.Lock()
+	s.calls = append(s.calls, historyCall{info.ID, interval, from, to})
+	s.mu.Unlock()
+	return s.Feed.History(ctx, info, interval, from, to)
+}
+
+// take returns and forgets the calls made so far.
+func (s *spyFeed) take() []historyCall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.calls
+	s.calls = nil
+	return c
+}
+
+func newSpy(t testing.TB, seed int64) *spyFeed {
+	t.Helper()
+	f, err := sim.New(seed, 0)
+	if err != nil {
+		t.Fatalf("sim.New(%d, 0): %v", seed, err)
+	}
+	return &spyFeed{Feed: f}
+}
+
+// openStore opens the SQLite database at path, closed at the end of the
+// test.
+func openStore(t testing.TB, path string) *sqlite.DB {
+	t.Helper()
+	db, err := sqlite.Open(context.Background(), path)
+	if err != nil {
+		t.Fatalf("sqlite.Open(%s): %v", path, err)
+	}
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("close store: %v", err)
+		}
+	})
+	return db
+}
+
+type engineEnv struct {
+	engine *Engine
+	feed   *spyFeed
+	store  *sqlite.DB
+	clock  *fakeClock
+}
+
+// loadEngine makes an engine over feed and store at the clock's time and
+// loads it.
+func loadEngine(t testing.TB, feed *spyFeed, store *sqlite.DB, clock *fakeClock, retain time.Duration) *Engine {
+	t.Helper()
+	e := New(Config{
+		Feed: feed, Store: store, Clock: clock.Now,
+		Log:            slog.New(slog.NewTextHandler(io.Discard, nil)),
+		MinMoverVolume: 50_000, Retain: retain,
+	})
+	if e.Current() != nil {
+		t.Fatalf("Current() before Load = %v, want nil", e.Current())
+	}
+	if err := e.Load(context.Background()); err != nil {
+		t.Fatalf("Load at %v: %v", clock.Now(), err)
+	}
+	return e
+}
+
+// newEnv loads an engine over sim.New(seed, 0) and a fresh store.
+func newEnv(t testing.TB, seed int64) engineEnv {
+	t.Helper()
+	store := openStore(t, filepath.Join(t.TempDir(), "db"))
+	clock := &fakeClock{t: start}
+	feed := newSpy(t, seed)
+	return engineEnv{engine: loadEngine(t, feed, store, clock, 0), feed: feed, store: store, clock: clock}
+}
+
+// A full backfill of the 1000-coin universe takes seconds, so the tests
+// that need a loaded store but do not test the backfill itself start from
+// a copy of one made once: sim seed 1 loaded at start on a fresh store.
+var template struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if template.dir != "" {
+		os.RemoveAll(template.dir)
+	}
+	os.Exit(code)
+}
+
+func makeTemplate() (string, error) {
+	dir, err := os.MkdirTemp("", "market-engine-test-")
+	if err != nil {
+		return "", err
+	}
+	template.dir = dir
+	ctx := context.Background()
+	db, err := sqlite.Open(ctx, filepath.Join(dir, "db"))
+	if err != nil {
+		return "", err
+	}
+	feed, err := sim.New(1, 0)
+	if err != nil {
+		db.Close()
+		return "", err
+	}
+	e := New(Config{Feed: feed, Store: db, Clock: func() time.Time { return start }, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err := e.Load(ctx); err != nil {
+		db.Close()
+		return "", fmt.Errorf("load the template store: %w", err)
+	}
+	return filepath.Join(dir, "db"), db.Close()
+}
+
+// loadedStore returns the path of a private copy of a store that a seed 1
+// engine has loaded (backfilled) at start and then closed.
+func loadedStore(t testing.TB) string {
+	t.Helper()
+	template.once.Do(func() { _, template.err = makeTemplate() })
+	if template.err != nil {
+		t.Fatalf("template store: %v", template.err)
+	}
+	dst := filepath.Join(t.TempDir(), "db")
+	for _, suffix := range []string{"", "-wal"} {
+		b, err := os.ReadFile(filepath.Join(template.dir, "db"+suffix))
+		if os.IsNotExist(err) && suffix != "" {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst+suffix, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+// loadedEnv is an engine over sim seed 1 that warm-starts at start from a
+// copy of the template store, with the given snapshot retention.
+func loadedEnv(t testing.TB, retain time.Duration) engineEnv {
+	t.Helper()
+	store := openStore(t, loadedStore(t))
+	clock := &fakeClock{t: start}
+	feed := newSpy(t, 1)
+	e := loadEngine(t, feed, store, clock, retain)
+	if calls := feed.take(); len(calls) != 0 {
+		t.Fatalf("Load at the time of the saved state asked the feed for %d histories (%+v ...), want none", len(calls), calls[0])
+	}
+	return engineEnv{engine: e, feed: feed, store: store, clock: clock}
+}
+
+func (env engineEnv) tick(t testing.TB, now time.Time) *Snapshot {
+	t.Helper()
+	env.clock.Set(now)
+	if err := env.engine.tick(context.Background(), now); err != nil {
+		t.Fatalf("tick(%v): %v", now, err)
+	}
+	s := env.engine.Current()
+	if s == nil || !s.AsOf.Equal(now) {
+		t.Fatalf("after tick(%v), Current() = %v", now, s)
+	}
+	return s
+}
+
+func lookup(t testing.TB, s *Snapshot, id string) coinpulse.CoinDetail {
+	t.Helper()
+	d, ok := s.Lookup(id)
+	if !ok {
+		t.Fatalf("Lookup(%q) in snapshot %s: not found", id, s.ID)
+	}
+	return d
+}
+
+func storedHistory(t testing.TB, store coinpulse.HistoryStore, id string, interval coinpulse.Interval, from, to time.Time) []coinpulse.HistoryPoint {
+	t.Helper()
+	pts, err := store.History(context.Background(), id, interval, from, to)
+	if err != nil {
+		t.Fatalf("store History(%s, %s): %v", id, interval, err)
+	}
+	return pts
+}
+
+func engineHistory(t testing.TB, e *Engine, id string, days int, interval coinpulse.Interval) []coinpulse.HistoryPoint {
+	t.Helper()
+	pts, err := e.History(context.Background(), e.Current(), id, days, interval)
+	if err != nil {
+		t.Fatalf("engine History(%s, %d, %s): %v", id, days, interval, err)
+	}
+	return pts
+}
+
+func timestamps(pts []coinpulse.HistoryPoint) []time.Time {
+	out := make([]time.Time, len(pts))
+	for i, p := range pts {
+		out[i] = p.Timestamp
+	}
+	return out
+}
+
+func hoursFrom(from time.Time, n int) []time.Time {
+	out := make([]time.Time, n)
+	for i := range out {
+		out[i] = from.Add(time.Duration(i) * time.Hour)
+	}
+	return out
+}
+
+func feedHistory(t testing.TB, f coinpulse.Feed, id string, interval coinpulse.Interval, from, to time.Time) []coinpulse.HistoryPoint {
+	t.Helper()
+	u, err := f.Universe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, info := range u {
+		if info.ID == id {
+			pts, err := f.History(context.Background(), info, interval, from, to)
+			if err != nil {
+				t.Fatalf("feed History(%s): %v", id, err)
+			}
+			return pts
+		}
+	}
+	t.Fatalf("feed has no coin %q", id)
+	return nil
+}
+
+// samePoints compares history points with a relative float tolerance.
+func samePoints(t testing.TB, what string, want, got []coinpulse.HistoryPoint) {
+	t.Helper()
+	approx := cmp.Comparer(func(a, b float64) bool {
+		return a == b || math.Abs(a-b) <= 1e-12*math.Max(math.Abs(a), math.Abs(b))
+	})
+	if diff := cmp.Diff(want, got, approx); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", what, diff)
+	}
+}
+
+func TestEngineLoadBackfills(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t, 1)
+	s := env.engine.Current()
+	if s == nil {
+		t.Fatal("Current() after Load = nil")
+	}
+	if got, want := s.Len(), 1000; got != want {
+		t.Errorf("snapshot has %d coins, want %d", got, want)
+	}
+	if !s.AsOf.Equal(start) || s.Feed != "sim" || !s.Simulated || s.MinMoverVolume != 50_000 {
+		t.Errorf("snapshot AsOf %v feed %q simulated %v floor %v; want %v sim true 50000", s.AsOf, s.Feed, s.Simulated, s.MinMoverVolume, start)
+	}
+	if env.engine.Snapshot(s.ID) != s {
+		t.Errorf("Snapshot(%q) is not the current snapshot", s.ID)
+	}
+	if s.Global.Markets == nil || s.Global.BitcoinDominance == nil || s.Global.MarketCapChangePercentage24h == nil {
+		t.Errorf("Global = %+v, want markets, bitcoin dominance and market cap change known", s.Global)
+	}
+
+	// Every coin was backfilled: hourly from 90 days back, daily from its
+	// listing.
+	calls := env.feed.take()
+	hourlyFrom := map[string]time.Time{}
+	dailyFrom := map[string]time.Time{}
+	for _, c := range calls {
+		if c.interval == coinpulse.Hourly {
+			hourlyFrom[c.id] = c.from
+		} else {
+			dailyFrom[c.id] = c.from
+		}
+	}
+	if len(hourlyFrom) != 1000 || len(dailyFrom) != 1000 {
+		t.Errorf("backfill asked hourly history of %d coins and daily of %d, want 1000 each", len(hourlyFrom), len(dailyFrom))
+	}
+	if got, want := hourlyFrom["bitcoin"], start.Add(-HourlyWindow); !got.Equal(want) {
+		t.Errorf("bitcoin hourly backfill from %v, want %v", got, want)
+	}
+
+	btc := lookup(t, s, "bitcoin")
+	if btc.MarketCapRank != 1 || btc.ResolvedBy != "id" {
+		t.Errorf("bitcoin rank %d resolved by %q, want 1, id", btc.MarketCapRank, btc.ResolvedBy)
+	}
+	if dailyFrom["bitcoin"] != btc.HistoryStart {
+		t.Errorf("bitcoin daily backfill from %v, want its listing %v", dailyFrom["bitcoin"], btc.HistoryStart)
+	}
+	for name, p := range map[string]*float64{
+		"price_change_24h": btc.PriceChange24h, "price_change_percentage_24h": btc.PriceChangePercentage24h,
+		"7d": btc.PriceChangePercentage7d, "30d": btc.PriceChangePercentage30d, "1y": btc.PriceChangePercentage1y,
+		"high_24h": btc.High24h, "low_24h": btc.Low24h, "market_cap_change_24h": btc.MarketCapChange24h,
+		"fully_diluted_valuation": btc.FullyDilutedValuation,
+	} {
+		if p == nil {
+			t.Errorf("bitcoin %s = nil, want a value after the backfill", name)
+		}
+	}
+	price := btc.CurrentPrice
+	if !(btc.ATH >= price && price >= btc.ATL && btc.ATL > 0) {
+		t.Errorf("bitcoin ath %v, price %v, atl %v: want ath >= price >= atl > 0", btc.ATH, price, btc.ATL)
+	}
+	if btc.High24h != nil && btc.Low24h != nil && !(*btc.High24h >= price && price >= *btc.Low24h) {
+		t.Errorf("bitcoin high_24h %v, price %v, low_24h %v: want high >= price >= low", *btc.High24h, price, *btc.Low24h)
+	}
+	if btc.ATLDate.Before(btc.HistoryStart) || btc.ATHDate.After(start) {
+		t.Errorf("bitcoin atl date %v, ath date %v, outside [%v, %v]", btc.ATLDate, btc.ATHDate, btc.HistoryStart, start)
+	}
+
+	// The 24 h and 30 d changes are measured against the feed's own history.
+	// The ring's point at or before 24 h ago: 12:00 yesterday.
+	dayAgoHour := start.Add(-24 * time.Hour).Truncate(time.Hour)
+	dayAgo := feedHistory(t, env.feed.Feed, "bitcoin", coinpulse.Hourly, dayAgoHour, dayAgoHour)
+	if want := (price - dayAgo[0].Price) / dayAgo[0].Price * 100; btc.PriceChangePercentage24h != nil && math.Abs(*btc.PriceChangePercentage24h-want) > 1e-9 {
+		t.Errorf("bitcoin 24 h change = %v %%, want %v %% (against %v at %v)", *btc.PriceChangePercentage24h, want, dayAgo[0].Price, dayAgo[0].Timestamp)
+	}
+
+	for _, tt := range []struct {
+		days     int
+		interval coinpulse.Interval
+		want     int
+	}{
+		// 30 midnights from 2026-02-09 to 2026-03-10, then the current price
+		{30, coinpulse.Daily, 31},
+		// 24 hours from 13:00 yesterday to 12:00, then the current price
+		{1, coinpulse.Hourly, 25},
+		{7, coinpulse.Hourly, 7*24 + 1},
+		{90, coinpulse.Hourly, 90*24 + 1},
+		{365, coinpulse.Daily, 366},
+	} {
+		pts := engineHistory(t, env.engine, "bitcoin", tt.days, tt.interval)
+		if len(pts) != tt.want {
+			t.Errorf("History(bitcoin, %d days, %s) = %d points, want %d", tt.days, tt.interval, len(pts), tt.want)
+			continue
+		}
+		last := pts[len(pts)-1]
+		if !last.Timestamp.Equal(start) || last.Price != price || last.MarketCap != btc.MarketCap {
+			t.Errorf("History(bitcoin, %d days, %s) ends with %+v, want the current price %v at %v", tt.days, tt.interval, last, price, start)
+		}
+		for i := 1; i < len(pts)-1; i++ {
+			if pts[i].Timestamp.Sub(pts[i-1].Timestamp) != tt.interval.Step() {
+				t.Errorf("History(bitcoin, %d days, %s): point %d at %v after %v", tt.days, tt.interval, i, pts[i].Timestamp, pts[i-1].Timestamp)
+			}
+		}
+		// Stored points are the feed's.
+		want := feedHistory(t, env.feed.Feed, "bitcoin", tt.interval, pts[0].Timestamp, pts[len(pts)-2].Timestamp)
+		samePoints(t, "stored history vs feed", want, pts[:len(pts)-1])
+	}
+	full := engineHistory(t, env.engine, "bitcoin", 0, coinpulse.Daily)
+	if len(full) == 0 || !full[0].Timestamp.Equal(btc.HistoryStart) {
+		t.Errorf("History(bitcoin, max, daily) starts %v, want at listing %v", timestamps(full[:1]), btc.HistoryStart)
+	}
+	if _, err := env.engine.History(context.Background(), s, "no-such-coin", 1, coinpulse.Daily); !coinpulse.IsNotFound(err) {
+		t.Errorf("History of an unknown coin: err = %v, want RESOURCE_NOT_FOUND", err)
+	}
+}
+
+func TestEngineWarmStart(t *testing.T) {
+	t.Parallel()
+	// The store as a first run left it at start (12:34:56); then the
+	// process stopped.
+	store := openStore(t, loadedStore(t))
+	// A mark the feed would overwrite if the next engine backfilled again.
+	mark := start.Truncate(time.Hour).Add(-10 * 24 * time.Hour)
+	err := store.PutHistory(context.Background(), coinpulse.Hourly, []coinpulse.Series{{
+		CoinID: "bitcoin", Points: []coinpulse.HistoryPoint{{Timestamp: mark, Price: 42, MarketCap: 42, TotalVolume: 42}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	later := start.Add(3 * time.Hour) // 15:34:56: 13:00, 14:00 and 15:00 are missing
+	clock := &fakeClock{t: later}
+	feed := newSpy(t, 1)
+	second := loadEngine(t, feed, store, clock, 0)
+
+	t.Run("only the gap is asked of the feed", func(t *testing.T) {
+		gapStart := start.Truncate(time.Hour).Add(time.Hour)
+		for _, c := range feed.take() {
+			switch {
+			case c.interval == coinpulse.Hourly && !c.from.Equal(gapStart):
+				t.Fatalf("feed asked for hourly %s from %v, want only the gap from %v", c.id, c.from, gapStart)
+			case c.interval == coinpulse.Daily && !c.from.After(later):
+				t.Fatalf("feed asked for daily %s from %v, want nothing before %v (no day passed)", c.id, c.from, later)
+			}
+		}
+		got := storedHistory(t, store, "bitcoin", coinpulse.Hourly, mark, mark)
+		if len(got) != 1 || got[0].Price != 42 {
+			t.Errorf("marked point at %v = %+v, want it kept (no new backfill)", mark, got)
+		}
+	})
+
+	t.Run("gap filled once", func(t *testing.T) {
+		pts := engineHistory(t, second, "bitcoin", 1, coinpulse.Hourly)
+		if len(pts) != 25 {
+			t.Fatalf("History(bitcoin, 1 day, hourly) = %d points, want 25", len(pts))
+		}
+		// 16:00 yesterday .. 15:00 today, each once, then the current price.
+		want := append(hoursFrom(later.Truncate(time.Hour).Add(-23*time.Hour), 24), later)
+		if diff := cmp.Diff(want, timestamps(pts)); diff != "" {
+			t.Errorf("hourly timestamps (-want +got):\n%s", diff)
+		}
+		gap := storedHistory(t, store, "bitcoin", coinpulse.Hourly, start, later)
+		samePoints(t, "gap-filled hours", feedHistory(t, feed.Feed, "bitcoin", coinpulse.Hourly, start, later), gap)
+		if len(gap) != 3 {
+			t.Errorf("stored hourly points in [%v, %v] = %v, want 3", start, later, timestamps(gap))
+		}
+	})
+
+	t.Run("state carried over", func(t *testing.T) {
+		s := second.Current()
+		if s == nil || s.Len() != 1000 || !s.AsOf.Equal(later) {
+			t.Fatalf("Current() after warm start = %v", s)
+		}
+		btc := lookup(t, s, "bitcoin")
+		if !(btc.ATH >= btc.CurrentPrice && btc.CurrentPrice >= btc.ATL && btc.ATLDate.Before(start)) {
+			t.Errorf("warm ath %v (%v), price %v, atl %v (%v): want the extremes of the whole history", btc.ATH, btc.ATHDate, btc.CurrentPrice, btc.ATL, btc.ATLDate)
+		}
+		if btc.PriceChangePercentage24h == nil || btc.PriceChangePercentage1y == nil || btc.High24h == nil {
+			t.Errorf("bitcoin 24 h, 1 y change, high after warm start = %v, %v, %v; want known", btc.PriceChangePercentage24h, btc.PriceChangePercentage1y, btc.High24h)
+		}
+	})
+}
+
+func TestEngineRollup(t *testing.T) {
+	t.Parallel()
+	env := loadedEnv(t, 0)
+	hour := start.Truncate(time.Hour) // 12:00, the last hourly point stored by Load
+	midnight := start.Truncate(24 * time.Hour).Add(24 * time.Hour)
+	allHourly := func() []time.Time {
+		return timestamps(storedHistory(t, env.store, "bitcoin", coinpulse.Hourly, hour.Add(-2*time.Hour), midnight.Add(2*time.Hour)))
+	}
+	allDaily := func() []time.Time {
+		return timestamps(storedHistory(t, env.store, "bitcoin", coinpulse.Daily, midnight.AddDate(0, 0, -3), midnight.AddDate(0, 0, 2)))
+	}
+	if diff := cmp.Diff(hoursFrom(hour.Add(-2*time.Hour), 3), allHourly()); diff != "" {
+		t.Fatalf("hourly points after Load (-want +got):\n%s", diff)
+	}
+	dailyBefore := allDaily()
+
+	t.Run("within the hour", func(t *testing.T) {
+		env.tick(t, start.Add(time.Minute))
+		env.tick(t, hour.Add(59*time.Minute+59*time.Second))
+		if diff := cmp.Diff(hoursFrom(hour.Add(-2*time.Hour), 3), allHourly()); diff != "" {
+			t.Errorf("hourly points after ticks within the hour (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("hour boundary", func(t *testing.T) {
+		now := hour.Add(time.Hour + 30*time.Second)
+		s := env.tick(t, now)
+		if diff := cmp.Diff(hoursFrom(hour.Add(-2*time.Hour), 4), allHourly()); diff != "" {
+			t.Errorf("hourly points after crossing %v (-want +got):\n%s", hour.Add(time.Hour), diff)
+		}
+		p := storedHistory(t, env.store, "bitcoin", coinpulse.Hourly, hour.Add(time.Hour), hour.Add(time.Hour))
+		btc := lookup(t, s, "bitcoin")
+		if len(p) != 1 || p[0].Price != btc.CurrentPrice || p[0].MarketCap != btc.MarketCap || p[0].TotalVolume != btc.TotalVolume {
+			t.Errorf("rolled-up point = %+v, want the latest quote %v / %v / %v", p, btc.CurrentPrice, btc.MarketCap, btc.TotalVolume)
+		}
+		if calls := env.feed.take(); len(calls) != 0 {
+			t.Errorf("rollup of one hour asked the feed for %d histories (%+v ...), want none", len(calls), calls[0])
+		}
+		env.tick(t, now.Add(time.Minute))
+		if got := len(allHourly()); got != 4 {
+			t.Errorf("another tick in the same hour: %d hourly points, want 4", got)
+		}
+		if diff := cmp.Diff(dailyBefore, allDaily()); diff != "" {
+			t.Errorf("daily points changed within the day (-before +after):\n%s", diff)
+		}
+	})
+	t.Run("day boundary", func(t *testing.T) {
+		for h := hour.Add(2 * time.Hour); !h.After(midnight); h = h.Add(time.Hour) {
+			env.tick(t, h.Add(45*time.Second))
+		}
+		want := hoursFrom(hour.Add(-2*time.Hour), 15) // 10:00 .. 00:00
+		if diff := cmp.Diff(want, allHourly()); diff != "" {
+			t.Errorf("hourly points up to midnight (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff(append(dailyBefore, midnight), allDaily()); diff != "" {
+			t.Errorf("daily points after midnight (-want +got):\n%s", diff)
+		}
+		btc := lookup(t, env.engine.Current(), "bitcoin")
+		d := storedHistory(t, env.store, "bitcoin", coinpulse.Daily, midnight, midnight)
+		if len(d) != 1 || d[0].Price != btc.CurrentPrice {
+			t.Errorf("daily point at %v = %+v, want the latest price %v", midnight, d, btc.CurrentPrice)
+		}
+		if calls := env.feed.take(); len(calls) != 0 {
+			t.Errorf("hourly ticks asked the feed for %d histories, want none", len(calls))
+		}
+		// Hourly points older than the window are pruned at the new day.
+		old := storedHistory(t, env.store, "bitcoin", coinpulse.Hourly, time.Time{}, midnight.Add(-HourlyWindow-2*time.Hour))
+		if len(old) != 0 {
+			t.Errorf("hourly points before %v kept after the day turned: %v", midnight.Add(-HourlyWindow-time.Hour), timestamps(old))
+		}
+	})
+	t.Run("gap filled from the feed", func(t *testing.T) {
+		now := midnight.Add(3*time.Hour + 10*time.Second) // 01:00, 02:00, 03:00 missing
+		env.tick(t, now)
+		got := storedHistory(t, env.store, "bitcoin", coinpulse.Hourly, midnight.Add(time.Hour), now)
+		samePoints(t, "hours after a gap", feedHistory(t, env.feed.Feed, "bitcoin", coinpulse.Hourly, midnight.Add(time.Hour), now), got)
+		if len(got) != 3 {
+			t.Errorf("hourly points after the gap: %v, want 3", timestamps(got))
+		}
+	})
+}
+
+func TestEngineSnapshotRetention(t *testing.T) {
+	t.Parallel()
+	env := loadedEnv(t, 5*time.Minute)
+
+	type snap struct {
+		id   string
+		asOf time.Time
+	}
+	snaps := []snap{{env.engine.Current().ID, start}}
+	for i := 1; i <= 10; i++ {
+		now := start.Add(time.Duration(i) * time.Minute)
+		s := env.tick(t, now)
+		for _, p := range snaps {
+			if p.id == s.ID {
+				t.Fatalf("snapshot id %q reused at %v", s.ID, now)
+			}
+		}
+		snaps = append(snaps, snap{s.ID, now})
+	}
+	now := start.Add(10 * time.Minute)
+	for _, p := range snaps {
+		t.Run(p.asOf.Format("15:04:05"), func(t *testing.T) {
+			got := env.engine.Snapshot(p.id)
+			keep := now.Sub(p.asOf) <= 5*time.Minute
+			switch {
+			case keep && (got == nil || got.ID != p.id || !got.AsOf.Equal(p.asOf)):
+				t.Errorf("Snapshot(%q) from %v = %v, want it kept (age %v)", p.id, p.asOf, got, now.Sub(p.asOf))
+			case !keep && got != nil:
+				t.Errorf("Snapshot(%q) from %v still reachable at age %v, want nil after Retain", p.id, p.asOf, now.Sub(p.asOf))
+			}
+		})
+	}
+	if got := env.engine.Snapshot("no-such-snapshot"); got != nil {
+		t.Errorf("Snapshot(unknown) = %v, want nil", got)
+	}
+}
+
+func TestEngineOtherSeedBackfillsAgain(t *testing.T) {
+	t.Parallel()
+	// The store as a seed 1 run left it.
+	store := openStore(t, loadedStore(t))
+	later := start.Add(3 * time.Hour)
+	clock := &fakeClock{t: later}
+	feed := newSpy(t, 2)
+	e := loadEngine(t, feed, store, clock, 0)
+
+	hourly := map[string]time.Time{}
+	for _, c := range feed.take() {
+		if c.interval == coinpulse.Hourly {
+			hourly[c.id] = c.from
+		}
+	}
+	if len(hourly) != 1000 {
+		t.Errorf("seed 2 backfilled hourly history of %d coins, want all 1000", len(hourly))
+	}
+	if got, want := hourly["bitcoin"], later.Add(-HourlyWindow); !got.Equal(want) {
+		t.Errorf("seed 2 bitcoin hourly backfill from %v, want a full backfill from %v", got, want)
+	}
+	// The store now holds seed 2's path, not seed 1's.
+	from := later.Add(-5 * 24 * time.Hour)
+	stored := storedHistory(t, store, "bitcoin", coinpulse.Hourly, from, later)
+	samePoints(t, "bitcoin hourly history after the seed changed", feedHistory(t, feed.Feed, "bitcoin", coinpulse.Hourly, from, later), stored)
+	btc := lookup(t, e.Current(), "bitcoin")
+	if btc.PriceChangePercentage24h == nil || btc.PriceChangePercentage1y == nil {
+		t.Errorf("bitcoin 24 h / 1 y change after re-backfill = %v / %v, want known", btc.PriceChangePercentage24h, btc.PriceChangePercentage1y)
+	}
+}
