@@ -44,7 +44,8 @@ type Snapshot struct {
 	byID     map[string]*coinpulse.CoinDetail
 	bySymbol map[string][]*coinpulse.CoinDetail // by market_cap_rank
 	orders   map[Order][]*coinpulse.CoinDetail
-	gainers  []*coinpulse.CoinDetail // by 24 h change, descending
+	gainers  []*coinpulse.CoinDetail // by 24 h change, descending, ties by rank
+	losers   []*coinpulse.CoinDetail // by 24 h change, ascending, ties by rank
 	lower    []searchKey             // parallel to coins
 
 	memo      sync.Map
@@ -103,8 +104,12 @@ func Build(id string, asOf time.Time, feed string, simulated bool, details []coi
 			s.gainers = append(s.gainers, c)
 		}
 	}
+	s.losers = slices.Clone(s.gainers)
 	slices.SortStableFunc(s.gainers, func(a, b *coinpulse.CoinDetail) int {
 		return cmp.Compare(*b.PriceChangePercentage24h, *a.PriceChangePercentage24h)
+	})
+	slices.SortStableFunc(s.losers, func(a, b *coinpulse.CoinDetail) int {
+		return cmp.Compare(*a.PriceChangePercentage24h, *b.PriceChangePercentage24h)
 	})
 	s.Global = global(s.coins, markets)
 	return s
@@ -203,9 +208,8 @@ func (s *Snapshot) Gainers(limit int) []*coinpulse.CoinDetail {
 // Losers: see Gainers.
 func (s *Snapshot) Losers(limit int) []*coinpulse.CoinDetail {
 	out := make([]*coinpulse.CoinDetail, 0, limit)
-	for i := len(s.gainers) - 1; i >= 0 && len(out) < limit; i-- {
-		c := s.gainers[i]
-		if *c.PriceChangePercentage24h >= 0 {
+	for _, c := range s.losers {
+		if len(out) == limit || *c.PriceChangePercentage24h >= 0 {
 			break
 		}
 		out = append(out, c)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -622,5 +623,22 @@ func BenchmarkSearch10000(b *testing.B) {
 	for b.Loop() {
 		i++
 		s.Search(queries[i%len(queries)], 20)
+	}
+}
+
+// Movers with equal changes order by market cap rank, in both lists.
+func TestMoverTiesByRank(t *testing.T) {
+	s := build(t,
+		coin{id: "c", symbol: "c", name: "C", mcap: 3e6, volume: 1e6, price: 1, change: f64(-5)},
+		coin{id: "a", symbol: "a", name: "A", mcap: 9e6, volume: 1e6, price: 1, change: f64(-5)},
+		coin{id: "b", symbol: "b", name: "B", mcap: 6e6, volume: 1e6, price: 1, change: f64(-5)},
+		coin{id: "e", symbol: "e", name: "E", mcap: 2e6, volume: 1e6, price: 1, change: f64(7)},
+		coin{id: "d", symbol: "d", name: "D", mcap: 8e6, volume: 1e6, price: 1, change: f64(7)},
+	)
+	if got, want := ids(s.Losers(10)), []string{"a", "b", "c"}; !slices.Equal(got, want) {
+		t.Errorf("losers %v, want %v (ties by rank)", got, want)
+	}
+	if got, want := ids(s.Gainers(10)), []string{"d", "e"}; !slices.Equal(got, want) {
+		t.Errorf("gainers %v, want %v (ties by rank)", got, want)
 	}
 }

@@ -247,5 +247,5 @@ func (w *walker) logAt(t time.Time, noise bool) float64 {
 
 // String describes the feed for logs.
 func (f *Feed) String() string {
-	return fmt.Sprintf("sim(seed=%d, coins=%d)", f.seed, len(f.coins))
+	return fmt.Sprintf("sim(seed=%d, coins=%d, universe=%x)", f.seed, len(f.coins), hashString(universeCSV)>>32)
 }
