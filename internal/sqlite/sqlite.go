@@ -68,11 +68,32 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	// few idle ones rather than database/sql's default of two.
 	sqldb.SetMaxIdleConns(8)
 	db := &DB{db: sqldb, now: time.Now}
-	if err := db.init(ctx); err != nil {
-		sqldb.Close()
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	// Switching a fresh file to WAL takes an exclusive lock without
+	// consulting the busy handler, so two processes opening one new file
+	// at once (a server and the CLI) can see SQLITE_BUSY: retry then.
+	deadline := time.Now().Add(busyTimeout)
+	for {
+		err = db.init(ctx)
+		if err == nil {
+			return db, nil
+		}
+		if !isBusy(err) || time.Now().After(deadline) {
+			sqldb.Close()
+			return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+		}
+		select {
+		case <-ctx.Done():
+			sqldb.Close()
+			return nil, fmt.Errorf("sqlite: open %s: %w", path, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	return db, nil
+}
+
+// isBusy reports whether err is SQLite's "database is locked".
+func isBusy(err error) bool {
+	var e *sqlite.Error
+	return errors.As(err, &e) && e.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
 func (db *DB) init(ctx context.Context) error {
