@@ -138,6 +138,7 @@ func (e *Engine) Load(ctx context.Context) error {
 	}
 	e.lastHour, e.lastDay = saved.LastHour, saved.LastDay
 	hour, day := now.Truncate(time.Hour), now.Truncate(24*time.Hour)
+	filled := len(missing) > 0 || e.lastHour.Before(hour)
 	if len(e.coins) > 0 && e.lastHour.Before(hour) {
 		// Fill the gap since the last run for the coins we know.
 		var known []coinpulse.CoinInfo
@@ -165,8 +166,11 @@ func (e *Engine) Load(ctx context.Context) error {
 	}
 	// Save before publishing: once the first snapshot is out the server
 	// reports ready, and a shutdown from then on must find the state saved.
-	if err := e.saveState(ctx); err != nil {
-		return err
+	// A warm start within the hour it stopped in has nothing new to save.
+	if filled {
+		if err := e.saveState(ctx); err != nil {
+			return err
+		}
 	}
 	e.publish(now)
 	e.cfg.Log.Info("market data ready", "feed", e.cfg.Feed.Name(), "simulated", e.cfg.Feed.Simulated(),

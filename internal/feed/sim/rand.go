@@ -21,6 +21,7 @@ const (
 	streamTick
 	streamVolume
 	streamParams
+	streamBlock
 )
 
 func mix(seed, coin, stream uint64, idx int64) uint64 {

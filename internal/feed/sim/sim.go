@@ -22,6 +22,10 @@ import (
 // Anchor is the instant at which every coin trades at its reference price.
 var Anchor = time.Date(2025, 11, 1, 0, 0, 0, 0, time.UTC)
 
+// algorithm versions the path construction: the engine's saved state and
+// stored history are reused only by the same version (see String).
+const algorithm = 2
+
 // hourlyRegion is how far before Anchor the hourly grid reaches; before it
 // the path is drawn on a daily grid.
 const hourlyRegion = 90 * 24
@@ -141,43 +145,79 @@ func (f *Feed) point(c *coin, w *walker, t time.Time, noise bool) coinpulse.Hist
 }
 
 // walker evaluates one coin's path, remembering where it last was so that
-// a sequence of nearby times costs one step each.
+// nearby times cost little.
+//
+// The hourly grid is built in two levels, so that reaching an hour far from
+// the anchor costs one draw per 64-hour block rather than one per hour: the
+// block boundaries are a random walk with the variance of 64 hourly steps,
+// and the hours inside a block are a discrete Brownian bridge between its
+// boundaries (64 hourly draws, corrected linearly to end on the next
+// boundary). That is exactly the distribution of a plain hourly random walk.
 type walker struct {
 	f *Feed
 	c *coin
-	// hourly grid: log-price l at hour k from Anchor (k >= -hourlyRegion)
-	k int64
-	l float64
+	// block level: the log-price lb at hour blk*blockHours
+	blk int64
+	lb  float64
+	// the hours of block inner (valid when innerOK): log-prices at
+	// inner*blockHours + i, i in 0..blockHours
+	inner   int64
+	innerOK bool
+	hours   [blockHours + 1]float64
 	// daily bridge: total days J from listing to the region start, the walk
 	// W at day j back from the region start, and the region start's
 	// log-price.
-	bridge     bool
-	J          int64
-	j          int64
-	w, wJ, l0  float64
-	listedHour int64
+	bridge    bool
+	J         int64
+	j         int64
+	w, wJ, l0 float64
 }
+
+const blockHours = 64
 
 func (f *Feed) newWalker(c *coin) *walker {
-	return &walker{f: f, c: c, k: 0, l: math.Log(c.ref)}
+	return &walker{f: f, c: c, lb: math.Log(c.ref)}
 }
 
-// step is the log-return of hour k (from k-1 to k).
-func (w *walker) step(k int64) float64 {
-	return w.c.sigmaH * normal(w.f.seed, w.c.key, streamHourly, k)
+// blockStep is the log-return of block b (from boundary b-1 to b).
+func (w *walker) blockStep(b int64) float64 {
+	return w.c.sigmaH * math.Sqrt(blockHours) * normal(w.f.seed, w.c.key, streamBlock, b)
 }
 
-// hour moves the hourly walk to k and returns the log-price there.
+// boundary moves the block walk to boundary b and returns its log-price.
+func (w *walker) boundary(b int64) float64 {
+	for w.blk < b {
+		w.blk++
+		w.lb += w.blockStep(w.blk)
+	}
+	for w.blk > b {
+		w.lb -= w.blockStep(w.blk)
+		w.blk--
+	}
+	return w.lb
+}
+
+// hour returns the log-price at hour k from Anchor.
 func (w *walker) hour(k int64) float64 {
-	for w.k < k {
-		w.k++
-		w.l += w.step(w.k)
+	b := k / blockHours
+	if k%blockHours < 0 {
+		b--
 	}
-	for w.k > k {
-		w.l -= w.step(w.k)
-		w.k--
+	if !w.innerOK || w.inner != b {
+		start := w.boundary(b)
+		end := w.boundary(b + 1)
+		var sum float64
+		w.hours[0] = 0
+		for i := int64(1); i <= blockHours; i++ {
+			sum += w.c.sigmaH * normal(w.f.seed, w.c.key, streamHourly, b*blockHours+i)
+			w.hours[i] = sum
+		}
+		for i := range w.hours {
+			w.hours[i] = start + w.hours[i] - float64(i)/blockHours*(sum-(end-start))
+		}
+		w.inner, w.innerOK = b, true
 	}
-	return w.l
+	return w.hours[k-b*blockHours]
 }
 
 // initBridge prepares the daily bridge from the hourly region's start back
@@ -189,9 +229,7 @@ func (w *walker) initBridge() {
 	w.bridge = true
 	start := Anchor.Add(-hourlyRegion * time.Hour)
 	w.J = int64(start.Sub(w.c.info.ListedAt).Hours() / 24)
-	save, saveL := w.k, w.l
 	w.l0 = w.hour(-hourlyRegion)
-	w.k, w.l = save, saveL
 	for j := int64(1); j <= w.J; j++ {
 		w.wJ += w.c.sigmaD * normal(w.f.seed, w.c.key, streamDaily, j)
 	}
@@ -247,5 +285,5 @@ func (w *walker) logAt(t time.Time, noise bool) float64 {
 
 // String describes the feed for logs.
 func (f *Feed) String() string {
-	return fmt.Sprintf("sim(seed=%d, coins=%d, universe=%x)", f.seed, len(f.coins), hashString(universeCSV)>>32)
+	return fmt.Sprintf("sim/v%d(seed=%d, coins=%d, universe=%x)", algorithm, f.seed, len(f.coins), hashString(universeCSV)>>32)
 }
