@@ -50,13 +50,19 @@ func GenerateKey(m Mode) (string, error) {
 }
 
 func checksum(body string) string {
-	sum := crc32.ChecksumIEEE([]byte(body))
+	c := checksumBytes(body)
+	return string(c[:])
+}
+
+func checksumBytes(body string) [keyChecksumLen]byte {
+	var buf [KeyLen]byte // keeps the conversion off the heap
+	sum := crc32.ChecksumIEEE(buf[:copy(buf[:], body)])
 	var out [keyChecksumLen]byte
 	for i := keyChecksumLen - 1; i >= 0; i-- {
 		out[i] = base62[sum%62]
 		sum /= 62
 	}
-	return string(out[:])
+	return out
 }
 
 // ParseKey checks the form and checksum of key and returns its mode. Any
@@ -80,7 +86,7 @@ func ParseKey(key string) (Mode, error) {
 		}
 	}
 	body := key[:len(key)-keyChecksumLen]
-	if checksum(body) != key[len(key)-keyChecksumLen:] {
+	if c := checksumBytes(body); string(c[:]) != key[len(key)-keyChecksumLen:] {
 		return "", Errorf(CodeInvalidAPIKey, "The API key is malformed: its checksum does not match (a typo?).")
 	}
 	return m, nil

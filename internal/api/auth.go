@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -50,7 +52,8 @@ func (s *Server) authenticate(r *http.Request) (*principal, error) {
 	if _, err := coinpulse.ParseKey(key); err != nil {
 		return nil, err
 	}
-	p, err := s.keys.lookup(r.Context(), coinpulse.HashKey(key))
+	var buf [coinpulse.KeyLen]byte // ParseKey checked the length
+	p, err := s.keys.lookup(r.Context(), sha256.Sum256(buf[:copy(buf[:], key)]))
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +105,7 @@ type keyCache struct {
 
 	mu      sync.RWMutex
 	epoch   int64
-	entries map[string]cacheEntry
+	entries map[[sha256.Size]byte]cacheEntry // by the key's SHA-256
 
 	touchMu sync.Mutex
 	touched map[int64]time.Time
@@ -120,22 +123,22 @@ const (
 )
 
 func newKeyCache(store coinpulse.AccountStore, clock coinpulse.Clock, ttl time.Duration) *keyCache {
-	return &keyCache{store: store, clock: clock, ttl: ttl, entries: map[string]cacheEntry{}, touched: map[int64]time.Time{}}
+	return &keyCache{store: store, clock: clock, ttl: ttl, entries: map[[sha256.Size]byte]cacheEntry{}, touched: map[int64]time.Time{}}
 }
 
-// lookup returns the principal for a key hash, nil when there is no such
-// key.
-func (c *keyCache) lookup(ctx context.Context, hash string) (*principal, error) {
+// lookup returns the principal for a key's SHA-256, nil when there is no
+// such key.
+func (c *keyCache) lookup(ctx context.Context, sum [sha256.Size]byte) (*principal, error) {
 	now := time.Now()
 	c.mu.RLock()
-	e, ok := c.entries[hash]
+	e, ok := c.entries[sum]
 	epoch := c.epoch
 	c.mu.RUnlock()
 	if ok && now.Before(e.expires) {
 		return e.p, nil
 	}
 	var p *principal
-	k, err := c.store.KeyByHash(ctx, hash)
+	k, err := c.store.KeyByHash(ctx, hex.EncodeToString(sum[:]))
 	switch {
 	case coinpulse.IsNotFound(err):
 	case err != nil:
@@ -152,7 +155,7 @@ func (c *keyCache) lookup(ctx context.Context, hash string) (*principal, error) 
 		if len(c.entries) >= maxCached {
 			clear(c.entries)
 		}
-		c.entries[hash] = cacheEntry{p: p, expires: now.Add(c.ttl)}
+		c.entries[sum] = cacheEntry{p: p, expires: now.Add(c.ttl)}
 	}
 	c.mu.Unlock()
 	return p, nil

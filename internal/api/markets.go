@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"coinpulse"
 	"coinpulse/internal/market"
@@ -28,8 +29,8 @@ func (s *Server) currentSnapshot(w http.ResponseWriter, id string) (*market.Snap
 	return nil, coinpulse.Errorf(coinpulse.CodeUnavailable, "Market data is still loading; retry in a few seconds.")
 }
 
-func (s *Server) marketMeta(r *http.Request, snap *market.Snapshot) *Meta {
-	m := s.newMeta(r)
+func (s *Server) marketMeta(w http.ResponseWriter, snap *market.Snapshot) Meta {
+	m := s.newMeta(w)
 	m.AsOf = timestamp(snap.AsOf)
 	m.Snapshot = snap.ID
 	m.Feed = snap.Feed
@@ -37,24 +38,68 @@ func (s *Server) marketMeta(r *http.Request, snap *market.Snapshot) *Meta {
 	return m
 }
 
-// cacheable sets ETag and Cache-Control for a response derived from snap
-// and key, and answers 304 when the client already has it.
-func (s *Server) cacheable(w http.ResponseWriter, r *http.Request, snap *market.Snapshot, key string) bool {
-	h := fnv.New64a()
-	h.Write([]byte(key))
-	etag := `"` + snap.ID + "." + strconv.FormatUint(h.Sum64(), 36) + `"`
-	age := snap.AsOf.Add(s.market.Refresh()).Sub(s.clock())
-	maxAge := int(math.Max(0, math.Ceil(age.Seconds())))
+// cached is an encoded response body kept in a snapshot's memo with its
+// ETag, so a hit costs neither encoding nor hashing.
+type cached struct {
+	body []byte
+	etag []string // the ETag header's value
+}
+
+// respond serves the body memoised under key in snap (building it with
+// build on first use) with ETag and Cache-Control, or 304 when the client
+// already has it; meta is written around it.
+func (s *Server) respond(w http.ResponseWriter, r *http.Request, snap *market.Snapshot, key string, meta *Meta, build func() (any, error)) error {
+	c, err := market.Memo(snap, key, func() (*cached, error) {
+		v, err := build()
+		if err != nil {
+			return nil, err
+		}
+		body, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		h := fnv.New64a()
+		h.Write([]byte(key))
+		return &cached{body: body, etag: []string{`"` + snap.ID + "." + strconv.FormatUint(h.Sum64(), 36) + `"`}}, nil
+	})
+	if err != nil {
+		return err
+	}
 	hdr := w.Header()
-	hdr.Set("ETag", etag)
-	hdr.Set("Cache-Control", "private, max-age="+strconv.Itoa(maxAge))
-	for _, tag := range strings.Split(r.Header.Get("If-None-Match"), ",") {
-		if tag = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(tag), "W/")); tag == etag || tag == "*" {
-			w.WriteHeader(http.StatusNotModified)
+	hdr["Etag"] = c.etag
+	hdr["Cache-Control"] = cacheControl(snap.AsOf.Add(s.market.Refresh()).Sub(s.clock()))
+	if inm := r.Header.Get("If-None-Match"); inm != "" && etagMatch(inm, c.etag[0]) {
+		w.WriteHeader(http.StatusNotModified)
+		return nil
+	}
+	return writeRaw(w, http.StatusOK, c.body, meta)
+}
+
+func etagMatch(header, etag string) bool {
+	for _, tag := range strings.Split(header, ",") {
+		if tag = strings.TrimPrefix(strings.TrimSpace(tag), "W/"); tag == etag || tag == "*" {
 			return true
 		}
 	}
 	return false
+}
+
+// cacheControlValues holds the header values for ages up to an hour.
+var cacheControlValues = func() [3601][]string {
+	var v [3601][]string
+	for i := range v {
+		v[i] = []string{"private, max-age=" + strconv.Itoa(i)}
+	}
+	return v
+}()
+
+// cacheControl lets private caches keep a response until the next refresh.
+func cacheControl(untilRefresh time.Duration) []string {
+	secs := int(math.Max(0, math.Ceil(untilRefresh.Seconds())))
+	if secs < len(cacheControlValues) {
+		return cacheControlValues[secs]
+	}
+	return []string{"private, max-age=" + strconv.Itoa(secs)}
 }
 
 func items(coins []*coinpulse.CoinDetail) []*coinpulse.MarketItem {
@@ -65,13 +110,13 @@ func items(coins []*coinpulse.CoinDetail) []*coinpulse.MarketItem {
 	return out
 }
 
-func orderNames() []string {
+var orderNames = func() []string {
 	out := make([]string, len(market.Orders))
 	for i, o := range market.Orders {
 		out[i] = string(o)
 	}
 	return out
-}
+}()
 
 // GET /markets
 func (s *Server) listMarkets(w http.ResponseWriter, r *http.Request) error {
@@ -87,7 +132,7 @@ func (s *Server) listMarkets(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	order, err := q.enum("order", string(market.MarketCapDesc), orderNames()...)
+	order, err := q.enum("order", string(market.MarketCapDesc), orderNames...)
 	if err != nil {
 		return err
 	}
@@ -97,19 +142,15 @@ func (s *Server) listMarkets(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	key := "markets|" + order + "|" + strconv.Itoa(page) + "|" + strconv.Itoa(perPage)
-	if s.cacheable(w, r, snap, key) {
-		return nil
-	}
-	coins, totalPages := snap.Page(market.Order(order), page, perPage)
-	data, err := snap.Memo(key, func() ([]byte, error) { return json.Marshal(items(coins)) })
-	if err != nil {
-		return err
-	}
 	total := snap.Len()
-	m := s.marketMeta(r, snap)
+	totalPages := (total + perPage - 1) / perPage
+	m := s.marketMeta(w, snap)
 	m.CurrentPage, m.TotalPages, m.TotalResults = &page, &totalPages, &total
 	m.Page, m.PerPage, m.Total = &page, &perPage, &total
-	return writeRaw(w, http.StatusOK, data, m)
+	return s.respond(w, r, snap, key, &m, func() (any, error) {
+		coins, _ := snap.Page(market.Order(order), page, perPage)
+		return items(coins), nil
+	})
 }
 
 // GET /markets/search
@@ -131,14 +172,27 @@ func (s *Server) searchMarkets(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if s.cacheable(w, r, snap, "search|"+text+"|"+strconv.Itoa(limit)) {
+	m := s.marketMeta(w, snap)
+	m.Query, m.Snapshot = text, ""
+	found := snap.Search(text, limit)
+	n := len(found)
+	m.Total = &n
+	// Searches are not memoised: their keys are the clients' free text.
+	c := &cached{}
+	body, err := json.Marshal(items(found))
+	if err != nil {
+		return err
+	}
+	c.body = body
+	h := fnv.New64a()
+	h.Write(body)
+	w.Header()["Etag"] = []string{`"` + snap.ID + ".s" + strconv.FormatUint(h.Sum64(), 36) + `"`}
+	w.Header()["Cache-Control"] = cacheControl(snap.AsOf.Add(s.market.Refresh()).Sub(s.clock()))
+	if inm := r.Header.Get("If-None-Match"); inm != "" && etagMatch(inm, w.Header()["Etag"][0]) {
+		w.WriteHeader(http.StatusNotModified)
 		return nil
 	}
-	found := snap.Search(text, limit)
-	m := s.marketMeta(r, snap)
-	n := len(found)
-	m.Query, m.Total, m.Snapshot = text, &n, ""
-	return writeData(w, http.StatusOK, items(found), m)
+	return writeRaw(w, http.StatusOK, c.body, &m)
 }
 
 // GET /markets/global
@@ -150,16 +204,9 @@ func (s *Server) globalStats(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if s.cacheable(w, r, snap, "global") {
-		return nil
-	}
-	data, err := snap.Memo("global", func() ([]byte, error) { return json.Marshal(snap.Global) })
-	if err != nil {
-		return err
-	}
-	m := s.marketMeta(r, snap)
+	m := s.marketMeta(w, snap)
 	m.Snapshot = ""
-	return writeRaw(w, http.StatusOK, data, m)
+	return s.respond(w, r, snap, "global", &m, func() (any, error) { return snap.Global, nil })
 }
 
 // GET /markets/top-movers
@@ -180,11 +227,10 @@ func (s *Server) topMovers(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	key := "movers|" + kind + "|" + strconv.Itoa(limit)
-	if s.cacheable(w, r, snap, key) {
-		return nil
-	}
-	data, err := snap.Memo(key, func() ([]byte, error) {
+	m := s.marketMeta(w, snap)
+	m.Snapshot = ""
+	m.MinMoverVolume = &snap.MinMoverVolume
+	return s.respond(w, r, snap, "movers|"+kind+"|"+strconv.Itoa(limit), &m, func() (any, error) {
 		out := map[string][]*coinpulse.MarketItem{}
 		if kind != "losers" {
 			out["gainers"] = items(snap.Gainers(limit))
@@ -192,15 +238,8 @@ func (s *Server) topMovers(w http.ResponseWriter, r *http.Request) error {
 		if kind != "gainers" {
 			out["losers"] = items(snap.Losers(limit))
 		}
-		return json.Marshal(out)
+		return out, nil
 	})
-	if err != nil {
-		return err
-	}
-	m := s.marketMeta(r, snap)
-	m.Snapshot = ""
-	m.MinMoverVolume = &snap.MinMoverVolume
-	return writeRaw(w, http.StatusOK, data, m)
 }
 
 func coinParam(r *http.Request) string {
@@ -232,17 +271,9 @@ func (s *Server) coinDetail(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	key := "coin|" + coinParam(r)
-	if s.cacheable(w, r, snap, key) {
-		return nil
-	}
-	data, err := snap.Memo(key, func() ([]byte, error) { return json.Marshal(d) })
-	if err != nil {
-		return err
-	}
-	m := s.marketMeta(r, snap)
+	m := s.marketMeta(w, snap)
 	m.Snapshot = ""
-	return writeRaw(w, http.StatusOK, data, m)
+	return s.respond(w, r, snap, "coin|"+coinParam(r), &m, func() (any, error) { return d, nil })
 }
 
 // historyData is the data of GET /coins/{idOrSymbol}/history.
@@ -276,11 +307,9 @@ func (s *Server) coinHistory(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	key := "history|" + d.ID + "|" + daysText + "|" + interval
-	if s.cacheable(w, r, snap, key) {
-		return nil
-	}
-	data, err := snap.Memo(key, func() ([]byte, error) {
+	m := s.marketMeta(w, snap)
+	m.Snapshot = ""
+	return s.respond(w, r, snap, "history|"+d.ID+"|"+daysText+"|"+interval, &m, func() (any, error) {
 		pts, err := s.market.History(r.Context(), snap, d.ID, days, coinpulse.Interval(interval))
 		if err != nil {
 			return nil, err
@@ -289,12 +318,6 @@ func (s *Server) coinHistory(w http.ResponseWriter, r *http.Request) error {
 		if days == 0 {
 			out.Days = "max"
 		}
-		return json.Marshal(out)
+		return out, nil
 	})
-	if err != nil {
-		return err
-	}
-	m := s.marketMeta(r, snap)
-	m.Snapshot = ""
-	return writeRaw(w, http.StatusOK, data, m)
 }

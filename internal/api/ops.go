@@ -23,7 +23,8 @@ func OpenAPI() []byte { return openapiJSON }
 
 // GET /healthz: the process is alive.
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
-	return writeData(w, http.StatusOK, map[string]string{"status": "ok"}, s.newMeta(r))
+	m := s.newMeta(w)
+	return writeData(w, http.StatusOK, map[string]string{"status": "ok"}, &m)
 }
 
 // GET /readyz: market data is loaded and the store answers.
@@ -37,10 +38,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 		s.log.Warn("readiness: store unreachable", "err", err)
 		return coinpulse.Errorf(coinpulse.CodeUnavailable, "The database does not answer.")
 	}
+	m := s.newMeta(w)
 	return writeData(w, http.StatusOK, map[string]any{
 		"status": "ready", "feed": snap.Feed, "simulated": snap.Simulated,
 		"coins": snap.Len(), "as_of": snap.AsOf.UTC().Format(time.RFC3339),
-	}, s.newMeta(r))
+	}, &m)
 }
 
 // GET /metrics: Prometheus exposition (text, not JSON).

@@ -9,39 +9,83 @@ import (
 	"coinpulse"
 )
 
-// query validates a request's query string: every parameter must be known
-// and given once.
+// maxParams bounds the parameters a query may carry; every endpoint takes
+// fewer.
+const maxParams = 8
+
+type param struct{ name, value string }
+
+// query is a validated query string: every parameter known and given once.
+// It is parsed without maps, since it sits on the hot path.
 type query struct {
-	values url.Values
+	params [maxParams]param
+	n      int
 }
 
+// parseQuery parses rawQuery, accepting only the allowed names. Malformed
+// escapes, unknown names and repeated names are VALIDATION_ERRORs.
 func parseQuery(rawQuery string, allowed ...string) (query, error) {
-	values, err := url.ParseQuery(rawQuery)
-	if err != nil {
-		return query{}, coinpulse.Errorf(coinpulse.CodeValidation, "The query string is malformed: %s.", err)
-	}
-	for name, vs := range values {
+	var q query
+	for rawQuery != "" {
+		var seg string
+		seg, rawQuery, _ = strings.Cut(rawQuery, "&")
+		if seg == "" {
+			continue
+		}
+		if strings.Contains(seg, ";") {
+			return q, coinpulse.Errorf(coinpulse.CodeValidation, "The query string is malformed: separate parameters with &, not ;.")
+		}
+		name, value, _ := strings.Cut(seg, "=")
+		var err error
+		if name, err = unescape(name); err != nil {
+			return q, err
+		}
+		if value, err = unescape(value); err != nil {
+			return q, err
+		}
 		if !slices.Contains(allowed, name) {
 			if len(allowed) == 0 {
-				return query{}, coinpulse.ValidationError(truncate(name, 50), "this endpoint takes no query parameters")
+				return q, coinpulse.ValidationError(truncate(name, 50), "this endpoint takes no query parameters")
 			}
-			return query{}, coinpulse.ValidationError(truncate(name, 50), "unknown parameter; this endpoint takes "+strings.Join(allowed, ", "))
+			return q, coinpulse.ValidationError(truncate(name, 50), "unknown parameter; this endpoint takes "+strings.Join(allowed, ", "))
 		}
-		if len(vs) > 1 {
-			return query{}, coinpulse.ValidationError(name, "given more than once")
+		if _, dup := q.lookup(name); dup {
+			return q, coinpulse.ValidationError(name, "given more than once")
+		}
+		q.params[q.n] = param{name, value} // n < len(allowed) <= maxParams
+		q.n++
+	}
+	return q, nil
+}
+
+func unescape(s string) (string, error) {
+	if !strings.ContainsAny(s, "%+") {
+		return s, nil
+	}
+	u, err := url.QueryUnescape(s)
+	if err != nil {
+		return "", coinpulse.Errorf(coinpulse.CodeValidation, "The query string is malformed: %s.", err)
+	}
+	return u, nil
+}
+
+func (q *query) lookup(name string) (string, bool) {
+	for _, p := range q.params[:q.n] {
+		if p.name == name {
+			return p.value, true
 		}
 	}
-	return query{values: values}, nil
+	return "", false
 }
 
 // int returns the integer parameter name, def when absent, or a
 // VALIDATION_ERROR naming the range.
-func (q query) int(name string, def, lo, hi int) (int, error) {
-	s, ok := q.values[name]
+func (q *query) int(name string, def, lo, hi int) (int, error) {
+	s, ok := q.lookup(name)
 	if !ok {
 		return def, nil
 	}
-	n, err := strconv.Atoi(strings.TrimSpace(s[0]))
+	n, err := strconv.Atoi(strings.TrimSpace(s))
 	if err != nil || n < lo || n > hi {
 		return 0, coinpulse.ValidationError(name, "must be an integer from "+strconv.Itoa(lo)+" to "+strconv.Itoa(hi))
 	}
@@ -50,21 +94,15 @@ func (q query) int(name string, def, lo, hi int) (int, error) {
 
 // enum returns the parameter name, def when absent, or a VALIDATION_ERROR
 // listing the allowed values.
-func (q query) enum(name, def string, allowed ...string) (string, error) {
-	s, ok := q.values[name]
+func (q *query) enum(name, def string, allowed ...string) (string, error) {
+	s, ok := q.lookup(name)
 	if !ok {
 		return def, nil
 	}
-	if !slices.Contains(allowed, s[0]) {
+	if !slices.Contains(allowed, s) {
 		return "", coinpulse.ValidationError(name, "must be one of "+strings.Join(allowed, ", "))
 	}
-	return s[0], nil
+	return s, nil
 }
 
-func (q query) str(name string) (string, bool) {
-	s, ok := q.values[name]
-	if !ok {
-		return "", false
-	}
-	return s[0], true
-}
+func (q *query) str(name string) (string, bool) { return q.lookup(name) }

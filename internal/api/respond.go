@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"coinpulse"
@@ -76,30 +77,112 @@ var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 func timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
 
-// newMeta returns the meta every response carries.
-func (s *Server) newMeta(r *http.Request) *Meta {
-	return &Meta{Timestamp: timestamp(s.clock()), RequestID: requestID(r)}
+// stamp is the formatted current time, kept per millisecond: under load
+// many responses share one.
+type stamp struct {
+	ms int64
+	s  string
 }
+
+var lastStamp atomic.Pointer[stamp]
+
+func nowStamp(t time.Time) string {
+	ms := t.UnixMilli()
+	if st := lastStamp.Load(); st != nil && st.ms == ms {
+		return st.s
+	}
+	st := &stamp{ms: ms, s: timestamp(t)}
+	lastStamp.Store(st)
+	return st.s
+}
+
+// newMeta returns the meta every response carries.
+func (s *Server) newMeta(w http.ResponseWriter) Meta {
+	return Meta{Timestamp: nowStamp(s.clock()), RequestID: exchangeOf(w).id}
+}
+
+// appendJSON appends m as a JSON object, fields in declaration order,
+// empty optional fields left out: the same bytes encoding/json gives,
+// without its reflection on the hot path.
+func (m *Meta) appendJSON(b []byte) []byte {
+	str := func(b []byte, name, v string) []byte {
+		b = append(b, ',', '"')
+		b = append(b, name...)
+		b = append(b, '"', ':')
+		q, _ := json.Marshal(v)
+		return append(b, q...)
+	}
+	// Timestamps, request ids, snapshot ids and feed names need no escaping.
+	safe := func(b []byte, name, v string) []byte {
+		b = append(b, ',', '"')
+		b = append(b, name...)
+		b = append(b, '"', ':', '"')
+		b = append(b, v...)
+		return append(b, '"')
+	}
+	num := func(b []byte, name string, v *int) []byte {
+		if v == nil {
+			return b
+		}
+		b = append(b, ',', '"')
+		b = append(b, name...)
+		b = append(b, '"', ':')
+		return strconv.AppendInt(b, int64(*v), 10)
+	}
+	b = append(b, `{"timestamp":"`...)
+	b = append(b, m.Timestamp...)
+	b = append(b, `","request_id":"`...)
+	b = append(b, m.RequestID...)
+	b = append(b, '"')
+	if m.AsOf != "" {
+		b = safe(b, "as_of", m.AsOf)
+	}
+	if m.Snapshot != "" {
+		b = safe(b, "snapshot", m.Snapshot)
+	}
+	if m.Feed != "" {
+		b = str(b, "feed", m.Feed)
+	}
+	if m.Simulated != nil {
+		b = append(b, `,"simulated":`...)
+		b = strconv.AppendBool(b, *m.Simulated)
+	}
+	if m.Query != "" {
+		b = str(b, "query", m.Query)
+	}
+	if m.MinMoverVolume != nil {
+		b = append(b, `,"min_volume_24h":`...)
+		f, _ := json.Marshal(*m.MinMoverVolume)
+		b = append(b, f...)
+	}
+	b = num(b, "current_page", m.CurrentPage)
+	b = num(b, "total_pages", m.TotalPages)
+	b = num(b, "total_results", m.TotalResults)
+	b = num(b, "page", m.Page)
+	b = num(b, "per_page", m.PerPage)
+	b = num(b, "total", m.Total)
+	return append(b, '}')
+}
+
+var (
+	hdrJSON = []string{"application/json; charset=utf-8"}
+)
 
 // writeRaw writes a success envelope around already-encoded data.
 func writeRaw(w http.ResponseWriter, status int, data []byte, meta *Meta) error {
-	m, err := json.Marshal(meta)
-	if err != nil {
-		return err
-	}
 	buf := bufPool.Get().(*bytes.Buffer)
 	defer bufPool.Put(buf)
 	buf.Reset()
 	buf.WriteString(`{"success":true,"data":`)
 	buf.Write(data)
 	buf.WriteString(`,"meta":`)
-	buf.Write(m)
+	buf.Write(meta.appendJSON(buf.AvailableBuffer()))
 	buf.WriteString("}\n")
 	h := w.Header()
-	h.Set("Content-Type", "application/json; charset=utf-8")
-	h.Set("Content-Length", strconv.Itoa(buf.Len()))
+	h["Content-Type"] = hdrJSON
+	h["Content-Length"] = []string{strconv.Itoa(buf.Len())}
 	w.WriteHeader(status)
-	_, err = w.Write(buf.Bytes())
+	_, err := w.Write(buf.Bytes())
 	return err
 }
 
@@ -116,7 +199,8 @@ func writeData(w http.ResponseWriter, status int, data any, meta *Meta) error {
 // *coinpulse.Error become SERVER_ERROR and are logged with their cause.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	code := coinpulse.ErrorCode(err)
-	body := errorBody{Error: errorInfo{Code: code, Message: coinpulse.ErrorMessage(err)}, Meta: s.newMeta(r)}
+	m := s.newMeta(w)
+	body := errorBody{Error: errorInfo{Code: code, Message: coinpulse.ErrorMessage(err)}, Meta: &m}
 	var e *coinpulse.Error
 	if errors.As(err, &e) {
 		body.Error.Details = e.Details

@@ -144,23 +144,40 @@ func (s *Server) Run(ctx context.Context) {
 // SERVER_ERROR, then the routes.
 func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 
-type ctxKey struct{}
-
-// reqState is the per-request record shared by the middleware.
-type reqState struct {
+// exchange is one request's state, and the ResponseWriter handed down the
+// chain: it records the status for metrics and carries the request id and
+// the authenticated caller, so that nothing is copied into a context.
+type exchange struct {
+	http.ResponseWriter
 	id        string
 	principal *principal
+	status    int
+	wrote     bool
 }
 
-func state(r *http.Request) *reqState {
-	st, _ := r.Context().Value(ctxKey{}).(*reqState)
-	if st == nil {
-		return &reqState{}
+// exchangeOf returns the request state behind w (a bare one for writers
+// that did not come through serveHTTP).
+func exchangeOf(w http.ResponseWriter) *exchange {
+	if e, ok := w.(*exchange); ok {
+		return e
 	}
-	return st
+	return &exchange{ResponseWriter: w}
 }
 
-func requestID(r *http.Request) string { return state(r).id }
+func (e *exchange) WriteHeader(status int) {
+	if !e.wrote {
+		e.status, e.wrote = status, true
+	}
+	e.ResponseWriter.WriteHeader(status)
+}
+
+func (e *exchange) Write(b []byte) (int, error) {
+	e.wrote = true
+	return e.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (e *exchange) Unwrap() http.ResponseWriter { return e.ResponseWriter }
 
 var (
 	idPrefix  = newIDPrefix()
@@ -189,18 +206,18 @@ func validRequestID(id string) bool {
 }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	st := &reqState{id: r.Header.Get("X-Request-Id")}
-	if !validRequestID(st.id) {
-		st.id = idPrefix + strconv.FormatUint(idCounter.Add(1), 36)
+	id := r.Header.Get("X-Request-Id")
+	if !validRequestID(id) {
+		id = idPrefix + strconv.FormatUint(idCounter.Add(1), 36)
 	}
-	w.Header().Set("X-Request-Id", st.id)
-	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, st))
-	defer s.recoverPanic(w, r)
+	w.Header()["X-Request-Id"] = []string{id}
+	e := &exchange{ResponseWriter: w, id: id, status: http.StatusOK}
+	defer s.recoverPanic(e, r)
 	if _, pattern := s.mux.Handler(r); pattern == "" {
-		s.unrouted(w, r)
+		s.unrouted(e, r)
 		return
 	}
-	s.mux.ServeHTTP(w, r)
+	s.mux.ServeHTTP(e, r)
 }
 
 func (s *Server) recoverPanic(w http.ResponseWriter, r *http.Request) {
@@ -208,7 +225,7 @@ func (s *Server) recoverPanic(w http.ResponseWriter, r *http.Request) {
 		if v == http.ErrAbortHandler {
 			panic(v)
 		}
-		s.log.Error("panic", "value", v, "stack", string(debug.Stack()), "request_id", requestID(r))
+		s.log.Error("panic", "value", v, "stack", string(debug.Stack()), "request_id", exchangeOf(w).id)
 		s.writeError(w, r, fmt.Errorf("panic: %v", v))
 	}
 }
@@ -226,7 +243,8 @@ func (s *Server) unrouted(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, coinpulse.Errorf(coinpulse.CodeMethodNotAllowed, "%s is not allowed on %s; allowed: %s.", r.Method, r.URL.Path, allow))
 	case rec.status >= 300 && rec.status < 400 && rec.header.Get("Location") != "":
 		w.Header().Set("Location", rec.header.Get("Location"))
-		writeData(w, rec.status, map[string]string{"location": rec.header.Get("Location")}, s.newMeta(r))
+		m := s.newMeta(w)
+		writeData(w, rec.status, map[string]string{"location": rec.header.Get("Location")}, &m)
 	default:
 		s.writeError(w, r, coinpulse.Errorf(coinpulse.CodeNotFound, "No route %s %s. The API lives under /api/v1 (or /v1); see /docs.", r.Method, truncate(r.URL.Path, 200)))
 	}
@@ -258,29 +276,34 @@ func (s *Server) wrap(rt Route) http.Handler {
 	obs := s.metrics.route(label)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-		defer func() { obs.observe(sw.status, time.Since(start)) }()
-		err := s.admit(sw, r, rt)
+		e := exchangeOf(w)
+		defer func() { obs.observe(e.status, time.Since(start)) }()
+		err := s.admit(e, r, rt)
 		if err == nil {
-			err = rt.Handler(sw, r)
+			err = rt.Handler(e, r)
 		}
 		if err != nil {
-			if sw.wrote {
-				s.log.Error("error after response started", "err", err, "request_id", requestID(r))
+			if e.wrote {
+				s.log.Error("error after response started", "err", err, "request_id", e.id)
 				return
 			}
-			s.writeError(sw, r, err)
+			s.writeError(e, r, err)
+		}
+		if s.log.Enabled(r.Context(), slog.LevelDebug) {
+			s.log.Debug("request", "method", r.Method, "route", label, "status", e.status, "duration", time.Since(start), "request_id", e.id)
 		}
 	})
 }
 
 // admit applies the body limit and, for keyed routes, authentication and
 // the tier's endpoint rules.
-func (s *Server) admit(w http.ResponseWriter, r *http.Request, rt Route) error {
+func (s *Server) admit(e *exchange, r *http.Request, rt Route) error {
 	if r.ContentLength > s.maxBody {
 		return coinpulse.Errorf(coinpulse.CodePayloadTooLarge, "The request body is %d bytes; the limit is %d.", r.ContentLength, s.maxBody)
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
+	if r.ContentLength != 0 { // a body, or one of unknown length
+		r.Body = http.MaxBytesReader(e, r.Body, s.maxBody)
+	}
 	if rt.Access == Public {
 		return nil
 	}
@@ -288,30 +311,9 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, rt Route) error {
 	if err != nil {
 		return err
 	}
-	state(r).principal = p
+	e.principal = p
 	return s.authorize(p, r, rt)
 }
-
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-	wrote  bool
-}
-
-func (w *statusWriter) WriteHeader(status int) {
-	if !w.wrote {
-		w.status, w.wrote = status, true
-	}
-	w.ResponseWriter.WriteHeader(status)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	w.wrote = true
-	return w.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the connection.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // routeLabel renders a route for messages: "GET /api/v1/markets/top-movers".
 func routeLabel(rt Route) string {

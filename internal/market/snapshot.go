@@ -245,23 +245,24 @@ func (s *Snapshot) Lookup(idOrSymbol string) (d coinpulse.CoinDetail, ok bool) {
 	return d, true
 }
 
-// Memo returns the bytes stored under key, building and keeping them on
+// Memo returns the value s keeps under key, building and keeping it on
 // first use (up to a bound per snapshot; past it, build runs every time).
-// A failed build is returned and not kept.
-func (s *Snapshot) Memo(key string, build func() ([]byte, error)) ([]byte, error) {
+// A failed build is returned and not kept. The api package keeps encoded
+// responses here. A key must always be used with the same T.
+func Memo[T any](s *Snapshot, key string, build func() (T, error)) (T, error) {
 	if v, ok := s.memo.Load(key); ok {
-		return v.([]byte), nil
+		return v.(T), nil
 	}
-	b, err := build()
+	v, err := build()
 	if err != nil {
-		return nil, err
+		return v, err
 	}
 	if s.memoCount.Add(1) <= maxMemo {
-		if v, loaded := s.memo.LoadOrStore(key, b); loaded {
-			return v.([]byte), nil
+		if old, loaded := s.memo.LoadOrStore(key, v); loaded {
+			return old.(T), nil
 		}
 	}
-	return b, nil
+	return v, nil
 }
 
 // snapshotID renders a snapshot's opaque id.

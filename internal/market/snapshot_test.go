@@ -515,7 +515,7 @@ func TestMemo(t *testing.T) {
 		calls := 0
 		b := func() ([]byte, error) { calls++; return []byte("v" + strconv.Itoa(calls)), nil }
 		for i := range 3 {
-			got, err := s.Memo("once", b)
+			got, err := Memo(s, "once", b)
 			if err != nil || string(got) != "v1" {
 				t.Errorf("Memo call %d = %q, %v; want v1, nil", i, got, err)
 			}
@@ -527,15 +527,15 @@ func TestMemo(t *testing.T) {
 	t.Run("errors are not stored", func(t *testing.T) {
 		boom := errors.New("boom")
 		calls := 0
-		_, err := s.Memo("flaky", func() ([]byte, error) { calls++; return nil, boom })
+		_, err := Memo(s, "flaky", func() ([]byte, error) { calls++; return nil, boom })
 		if !errors.Is(err, boom) {
 			t.Fatalf("Memo error = %v, want boom", err)
 		}
-		got, err := s.Memo("flaky", func() ([]byte, error) { calls++; return []byte("ok"), nil })
+		got, err := Memo(s, "flaky", func() ([]byte, error) { calls++; return []byte("ok"), nil })
 		if err != nil || string(got) != "ok" || calls != 2 {
 			t.Errorf("Memo after a failure = %q, %v (%d builds); want ok, nil, 2 builds", got, err, calls)
 		}
-		got, _ = s.Memo("flaky", func() ([]byte, error) { calls++; return []byte("again"), nil })
+		got, _ = Memo(s, "flaky", func() ([]byte, error) { calls++; return []byte("again"), nil })
 		if string(got) != "ok" || calls != 2 {
 			t.Errorf("Memo after success = %q (%d builds); want ok (2 builds)", got, calls)
 		}
@@ -548,15 +548,15 @@ func TestMemo(t *testing.T) {
 		}
 		for i := range maxMemo {
 			k := "k" + strconv.Itoa(i)
-			if got, _ := s.Memo(k, b(k)); string(got) != k {
+			if got, _ := Memo(s, k, b(k)); string(got) != k {
 				t.Fatalf("Memo(%s) = %q", k, got)
 			}
 		}
 		for range 3 {
-			if got, _ := s.Memo("k0", b("k0")); string(got) != "k0" {
+			if got, _ := Memo(s, "k0", b("k0")); string(got) != "k0" {
 				t.Fatalf("Memo(k0) = %q", got)
 			}
-			if got, _ := s.Memo("over", b("over")); string(got) != "over" {
+			if got, _ := Memo(s, "over", b("over")); string(got) != "over" {
 				t.Fatalf("Memo(over) = %q", got)
 			}
 		}
@@ -580,12 +580,12 @@ func TestMemo(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				b, _ := s.Memo("k", func() ([]byte, error) { return []byte("v" + strconv.Itoa(i)), nil })
+				b, _ := Memo(s, "k", func() ([]byte, error) { return []byte("v" + strconv.Itoa(i)), nil })
 				results[i] = string(b)
 			}()
 		}
 		wg.Wait()
-		stored, _ := s.Memo("k", func() ([]byte, error) { return []byte("late"), nil })
+		stored, _ := Memo(s, "k", func() ([]byte, error) { return []byte("late"), nil })
 		for i, r := range results {
 			if r != string(stored) {
 				t.Errorf("caller %d got %q, stored %q", i, r, stored)
