@@ -117,7 +117,7 @@ type cacheEntry struct {
 }
 
 const (
-	epochPoll     = 100 * time.Millisecond
+	epochPoll     = 25 * time.Millisecond
 	touchInterval = 5 * time.Second
 	maxCached     = 100_000
 )
