@@ -219,7 +219,7 @@ func (e *Engine) backfill(ctx context.Context, coins []coinpulse.CoinInfo, hourl
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	jobs := make(chan coinpulse.CoinInfo)
-	results := make(chan result, 64)
+	results := make(chan result, 8)
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Add(1)
@@ -273,15 +273,11 @@ func (e *Engine) backfill(ctx context.Context, coins []coinpulse.CoinInfo, hourl
 			return fmt.Errorf("feed history of %s: %w", r.hourly.CoinID, r.err)
 		}
 		c := e.coins[r.hourly.CoinID]
-		for _, p := range r.daily.Points {
-			c.addPoint(coinpulse.Daily, p)
-		}
-		for _, p := range r.hourly.Points {
-			c.addPoint(coinpulse.Hourly, p)
-		}
+		c.addSeries(coinpulse.Daily, r.daily.Points)
+		c.addSeries(coinpulse.Hourly, r.hourly.Points)
 		hourly, daily = append(hourly, r.hourly), append(daily, r.daily)
 		points += len(r.hourly.Points) + len(r.daily.Points)
-		if points >= 200_000 {
+		if points >= 50_000 {
 			if err := flush(); err != nil {
 				return err
 			}

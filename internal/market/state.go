@@ -22,44 +22,75 @@ type coinState struct {
 	HasQuote, HasExtreme bool
 }
 
-// ring is a run of evenly spaced points starting at Start (Unix seconds).
+// ring is a run of evenly spaced points starting at Start (Unix seconds),
+// at most Keep of them. Cap holds market caps when Caps is set (the hourly
+// ring; the daily one needs only prices).
 type ring struct {
 	Start int64
 	Step  int64
+	Keep  int
+	Caps  bool
 	Price []float64
 	Cap   []float64
 }
 
-// add appends a point at t (Unix seconds, on the step), filling nothing:
-// a point before the end replaces the one at its slot, a point past a gap
-// restarts the ring.
-func (r *ring) add(t int64, price, mcap float64, keep int) {
+// add appends a point at t (Unix seconds, on the step): a point before the
+// end replaces the one at its slot, a point past a gap restarts the ring,
+// and the oldest points fall off past Keep. The slices never grow past
+// Keep+1.
+func (r *ring) add(t int64, price, mcap float64) {
 	switch {
 	case len(r.Price) == 0 || t < r.Start:
-		r.Start, r.Price, r.Cap = t, r.Price[:0], r.Cap[:0]
+		r.reset(t)
 	case t < r.Start+int64(len(r.Price))*r.Step:
 		i := (t - r.Start) / r.Step
-		r.Price[i], r.Cap[i] = price, mcap
+		r.Price[i] = price
+		if r.Caps {
+			r.Cap[i] = mcap
+		}
 		return
 	case t != r.Start+int64(len(r.Price))*r.Step:
-		r.Start, r.Price, r.Cap = t, r.Price[:0], r.Cap[:0]
+		r.reset(t)
+	}
+	if len(r.Price) == r.Keep {
+		copy(r.Price, r.Price[1:])
+		r.Price = r.Price[:r.Keep-1]
+		if r.Caps {
+			copy(r.Cap, r.Cap[1:])
+			r.Cap = r.Cap[:r.Keep-1]
+		}
+		r.Start += r.Step
 	}
 	r.Price = append(r.Price, price)
-	r.Cap = append(r.Cap, mcap)
-	if extra := len(r.Price) - keep; extra > 0 {
-		r.Price = append(r.Price[:0], r.Price[extra:]...)
-		r.Cap = append(r.Cap[:0], r.Cap[extra:]...)
-		r.Start += int64(extra) * r.Step
+	if r.Caps {
+		r.Cap = append(r.Cap, mcap)
 	}
 }
 
-// at returns the last point at or before t.
+func (r *ring) reset(t int64) {
+	r.Start = t
+	if cap(r.Price) < r.Keep {
+		r.Price = make([]float64, 0, r.Keep)
+	}
+	r.Price = r.Price[:0]
+	if r.Caps {
+		if cap(r.Cap) < r.Keep {
+			r.Cap = make([]float64, 0, r.Keep)
+		}
+		r.Cap = r.Cap[:0]
+	}
+}
+
+// at returns the last point at or before t (mcap is 0 without Caps).
 func (r *ring) at(t int64) (price, mcap float64, ok bool) {
 	if len(r.Price) == 0 || t < r.Start {
 		return 0, 0, false
 	}
 	i := min(int((t-r.Start)/r.Step), len(r.Price)-1)
-	return r.Price[i], r.Cap[i], true
+	if r.Caps {
+		mcap = r.Cap[i]
+	}
+	return r.Price[i], mcap, true
 }
 
 const (
@@ -68,7 +99,7 @@ const (
 )
 
 func newCoinState(info coinpulse.CoinInfo) *coinState {
-	return &coinState{Info: info, Hourly: ring{Step: 3600}, Daily: ring{Step: 86400}}
+	return &coinState{Info: info, Hourly: ring{Step: 3600, Keep: keepHourly, Caps: true}, Daily: ring{Step: 86400, Keep: keepDaily}}
 }
 
 // observe updates the extremes with a price seen at t.
@@ -85,11 +116,26 @@ func (c *coinState) observe(price float64, t time.Time) {
 // addPoint records a history point in the rings and extremes.
 func (c *coinState) addPoint(interval coinpulse.Interval, p coinpulse.HistoryPoint) {
 	c.observe(p.Price, p.Timestamp)
-	if interval == coinpulse.Hourly {
-		c.Hourly.add(p.Timestamp.Unix(), p.Price, p.MarketCap, keepHourly)
-	} else {
-		c.Daily.add(p.Timestamp.Unix(), p.Price, p.MarketCap, keepDaily)
+	c.ring(interval).add(p.Timestamp.Unix(), p.Price, p.MarketCap)
+}
+
+// addSeries records a run of points, oldest first: every point counts for
+// the extremes, only those the ring keeps are added to it.
+func (c *coinState) addSeries(interval coinpulse.Interval, pts []coinpulse.HistoryPoint) {
+	for _, p := range pts {
+		c.observe(p.Price, p.Timestamp)
 	}
+	r := c.ring(interval)
+	for _, p := range pts[max(0, len(pts)-r.Keep):] {
+		r.add(p.Timestamp.Unix(), p.Price, p.MarketCap)
+	}
+}
+
+func (c *coinState) ring(interval coinpulse.Interval) *ring {
+	if interval == coinpulse.Hourly {
+		return &c.Hourly
+	}
+	return &c.Daily
 }
 
 // apply takes a new quote.

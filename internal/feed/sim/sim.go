@@ -24,7 +24,7 @@ var Anchor = time.Date(2025, 11, 1, 0, 0, 0, 0, time.UTC)
 
 // algorithm versions the path construction: the engine's saved state and
 // stored history are reused only by the same version (see String).
-const algorithm = 2
+const algorithm = 3
 
 // hourlyRegion is how far before Anchor the hourly grid reaches; before it
 // the path is drawn on a daily grid.
@@ -148,11 +148,12 @@ func (f *Feed) point(c *coin, w *walker, t time.Time, noise bool) coinpulse.Hist
 // nearby times cost little.
 //
 // The hourly grid is built in two levels, so that reaching an hour far from
-// the anchor costs one draw per 64-hour block rather than one per hour: the
-// block boundaries are a random walk with the variance of 64 hourly steps,
-// and the hours inside a block are a discrete Brownian bridge between its
-// boundaries (64 hourly draws, corrected linearly to end on the next
-// boundary). That is exactly the distribution of a plain hourly random walk.
+// the anchor costs one draw per day rather than one per hour: the UTC day
+// boundaries are a random walk with the variance of 24 hourly steps, and the
+// hours inside a day are a discrete Brownian bridge between its boundaries
+// (24 hourly draws, corrected linearly to end on the next boundary). That is
+// exactly the distribution of a plain hourly random walk, and a daily point
+// costs one draw.
 type walker struct {
 	f *Feed
 	c *coin
@@ -173,7 +174,7 @@ type walker struct {
 	w, wJ, l0 float64
 }
 
-const blockHours = 64
+const blockHours = 24
 
 func (f *Feed) newWalker(c *coin) *walker {
 	return &walker{f: f, c: c, lb: math.Log(c.ref)}
@@ -200,7 +201,10 @@ func (w *walker) boundary(b int64) float64 {
 // hour returns the log-price at hour k from Anchor.
 func (w *walker) hour(k int64) float64 {
 	b := k / blockHours
-	if k%blockHours < 0 {
+	switch r := k % blockHours; {
+	case r == 0:
+		return w.boundary(b) // a day boundary needs no hours inside
+	case r < 0:
 		b--
 	}
 	if !w.innerOK || w.inner != b {
