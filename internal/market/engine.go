@@ -1,9 +1,7 @@
 package market
 
 import (
-	"bytes"
 	"context"
-	"encoding/gob"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -187,8 +185,13 @@ func (e *Engine) loadState(ctx context.Context) savedState {
 		}
 		return savedState{}
 	}
-	if err := gob.NewDecoder(bytes.NewReader(blob)).Decode(&s); err != nil || s.Fingerprint != e.fingerprint() {
-		e.cfg.Log.Info("market state is from another feed configuration; backfilling", "err", err)
+	s, err = decodeState(blob)
+	switch {
+	case err != nil:
+		e.cfg.Log.Warn("market state unreadable; backfilling", "err", err)
+		return savedState{}
+	case s.Fingerprint != e.fingerprint():
+		e.cfg.Log.Info("market state is from another feed configuration; backfilling", "saved", s.Fingerprint, "feed", e.fingerprint())
 		return savedState{}
 	}
 	return s
@@ -199,12 +202,8 @@ func (e *Engine) loadState(ctx context.Context) savedState {
 func (e *Engine) saveState(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	var buf bytes.Buffer
 	s := savedState{Fingerprint: e.fingerprint(), LastHour: e.lastHour, LastDay: e.lastDay, Coins: e.coins}
-	if err := gob.NewEncoder(&buf).Encode(&s); err != nil {
-		return fmt.Errorf("encode market state: %w", err)
-	}
-	return e.cfg.Store.PutKV(ctx, e.stateKey(), buf.Bytes())
+	return e.cfg.Store.PutKV(ctx, e.stateKey(), encodeState(&s, e.order))
 }
 
 // backfill asks the feed for the coins' hourly points from hourlyFrom and
@@ -256,37 +255,60 @@ func (e *Engine) backfill(ctx context.Context, coins []coinpulse.CoinInfo, hourl
 	}()
 	go func() { wg.Wait(); close(results) }()
 
-	var hourly, daily []coinpulse.Series
+	// A writer goroutine stores batches while the workers compute the next
+	// coins: the feed and the database work at once.
+	type batch struct{ hourly, daily []coinpulse.Series }
+	batches := make(chan batch, 1)
+	writeErr := make(chan error, 1)
+	go func() {
+		var err error
+		for b := range batches {
+			if err != nil {
+				continue // drain; the first error is reported
+			}
+			if err = e.cfg.Store.PutHistory(ctx, coinpulse.Hourly, b.hourly); err != nil {
+				err = fmt.Errorf("store hourly history: %w", err)
+			} else if err = e.cfg.Store.PutHistory(ctx, coinpulse.Daily, b.daily); err != nil {
+				err = fmt.Errorf("store daily history: %w", err)
+			}
+			if err != nil {
+				cancel()
+			}
+		}
+		writeErr <- err
+	}()
+	var cur batch
 	points := 0
-	flush := func() error {
-		if err := e.cfg.Store.PutHistory(ctx, coinpulse.Hourly, hourly); err != nil {
-			return fmt.Errorf("store hourly history: %w", err)
-		}
-		if err := e.cfg.Store.PutHistory(ctx, coinpulse.Daily, daily); err != nil {
-			return fmt.Errorf("store daily history: %w", err)
-		}
-		hourly, daily, points = hourly[:0], daily[:0], 0
-		return nil
-	}
+	var feedErr error
 	for r := range results {
 		if r.err != nil {
-			return fmt.Errorf("feed history of %s: %w", r.hourly.CoinID, r.err)
+			if feedErr == nil {
+				feedErr = fmt.Errorf("feed history of %s: %w", r.hourly.CoinID, r.err)
+				cancel()
+			}
+			continue
 		}
 		c := e.coins[r.hourly.CoinID]
 		c.addSeries(coinpulse.Daily, r.daily.Points)
 		c.addSeries(coinpulse.Hourly, r.hourly.Points)
-		hourly, daily = append(hourly, r.hourly), append(daily, r.daily)
+		cur.hourly, cur.daily = append(cur.hourly, r.hourly), append(cur.daily, r.daily)
 		points += len(r.hourly.Points) + len(r.daily.Points)
 		if points >= 50_000 {
-			if err := flush(); err != nil {
-				return err
-			}
+			batches <- cur
+			cur, points = batch{}, 0
 		}
 	}
-	if err := ctx.Err(); err != nil {
+	if len(cur.hourly) > 0 {
+		batches <- cur
+	}
+	close(batches)
+	if err := <-writeErr; err != nil {
 		return err
 	}
-	return flush()
+	if feedErr != nil {
+		return feedErr
+	}
+	return ctx.Err()
 }
 
 // Run quotes the feed every Refresh until ctx ends, then saves the state.

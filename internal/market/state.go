@@ -9,14 +9,14 @@ import (
 
 // coinState is the engine's running record of one coin: its latest quote,
 // the recent hourly and daily points that the 24 h, 7 d, 30 d and 1 y
-// figures need, and its all-time extremes. Fields are exported for gob.
+// figures need, and its all-time extremes. statecodec.go saves it.
 type coinState struct {
 	Info                 coinpulse.CoinInfo
 	Price, MarketCap     float64
 	Volume               float64
 	Updated              time.Time
-	Hourly               ring // prices and market caps, the last 26 hours
-	Daily                ring // prices, the last 366 days
+	Hourly               ring[float64] // prices and market caps, the last 26 hours
+	Daily                ring[float32] // prices, the last 367 days (float32 halves the largest part of the state)
 	ATH, ATL             float64
 	ATHDate, ATLDate     time.Time
 	HasQuote, HasExtreme bool
@@ -25,28 +25,28 @@ type coinState struct {
 // ring is a run of evenly spaced points starting at Start (Unix seconds),
 // at most Keep of them. Cap holds market caps when Caps is set (the hourly
 // ring; the daily one needs only prices).
-type ring struct {
+type ring[T float32 | float64] struct {
 	Start int64
 	Step  int64
 	Keep  int
 	Caps  bool
-	Price []float64
-	Cap   []float64
+	Price []T
+	Cap   []T
 }
 
 // add appends a point at t (Unix seconds, on the step): a point before the
 // end replaces the one at its slot, a point past a gap restarts the ring,
 // and the oldest points fall off past Keep. The slices never grow past
-// Keep+1.
-func (r *ring) add(t int64, price, mcap float64) {
+// Keep.
+func (r *ring[T]) add(t int64, price, mcap float64) {
 	switch {
 	case len(r.Price) == 0 || t < r.Start:
 		r.reset(t)
 	case t < r.Start+int64(len(r.Price))*r.Step:
 		i := (t - r.Start) / r.Step
-		r.Price[i] = price
+		r.Price[i] = T(price)
 		if r.Caps {
-			r.Cap[i] = mcap
+			r.Cap[i] = T(mcap)
 		}
 		return
 	case t != r.Start+int64(len(r.Price))*r.Step:
@@ -61,36 +61,36 @@ func (r *ring) add(t int64, price, mcap float64) {
 		}
 		r.Start += r.Step
 	}
-	r.Price = append(r.Price, price)
+	r.Price = append(r.Price, T(price))
 	if r.Caps {
-		r.Cap = append(r.Cap, mcap)
+		r.Cap = append(r.Cap, T(mcap))
 	}
 }
 
-func (r *ring) reset(t int64) {
+func (r *ring[T]) reset(t int64) {
 	r.Start = t
 	if cap(r.Price) < r.Keep {
-		r.Price = make([]float64, 0, r.Keep)
+		r.Price = make([]T, 0, r.Keep)
 	}
 	r.Price = r.Price[:0]
 	if r.Caps {
 		if cap(r.Cap) < r.Keep {
-			r.Cap = make([]float64, 0, r.Keep)
+			r.Cap = make([]T, 0, r.Keep)
 		}
 		r.Cap = r.Cap[:0]
 	}
 }
 
 // at returns the last point at or before t (mcap is 0 without Caps).
-func (r *ring) at(t int64) (price, mcap float64, ok bool) {
+func (r *ring[T]) at(t int64) (price, mcap float64, ok bool) {
 	if len(r.Price) == 0 || t < r.Start {
 		return 0, 0, false
 	}
 	i := min(int((t-r.Start)/r.Step), len(r.Price)-1)
 	if r.Caps {
-		mcap = r.Cap[i]
+		mcap = float64(r.Cap[i])
 	}
-	return r.Price[i], mcap, true
+	return float64(r.Price[i]), mcap, true
 }
 
 const (
@@ -99,7 +99,7 @@ const (
 )
 
 func newCoinState(info coinpulse.CoinInfo) *coinState {
-	return &coinState{Info: info, Hourly: ring{Step: 3600, Keep: keepHourly, Caps: true}, Daily: ring{Step: 86400, Keep: keepDaily}}
+	return &coinState{Info: info, Hourly: ring[float64]{Step: 3600, Keep: keepHourly, Caps: true}, Daily: ring[float32]{Step: 86400, Keep: keepDaily}}
 }
 
 // observe updates the extremes with a price seen at t.
@@ -115,8 +115,7 @@ func (c *coinState) observe(price float64, t time.Time) {
 
 // addPoint records a history point in the rings and extremes.
 func (c *coinState) addPoint(interval coinpulse.Interval, p coinpulse.HistoryPoint) {
-	c.observe(p.Price, p.Timestamp)
-	c.ring(interval).add(p.Timestamp.Unix(), p.Price, p.MarketCap)
+	c.addSeries(interval, []coinpulse.HistoryPoint{p})
 }
 
 // addSeries records a run of points, oldest first: every point counts for
@@ -125,17 +124,17 @@ func (c *coinState) addSeries(interval coinpulse.Interval, pts []coinpulse.Histo
 	for _, p := range pts {
 		c.observe(p.Price, p.Timestamp)
 	}
-	r := c.ring(interval)
-	for _, p := range pts[max(0, len(pts)-r.Keep):] {
-		r.add(p.Timestamp.Unix(), p.Price, p.MarketCap)
+	if interval == coinpulse.Hourly {
+		addTail(&c.Hourly, pts)
+	} else {
+		addTail(&c.Daily, pts)
 	}
 }
 
-func (c *coinState) ring(interval coinpulse.Interval) *ring {
-	if interval == coinpulse.Hourly {
-		return &c.Hourly
+func addTail[T float32 | float64](r *ring[T], pts []coinpulse.HistoryPoint) {
+	for _, p := range pts[max(0, len(pts)-r.Keep):] {
+		r.add(p.Timestamp.Unix(), p.Price, p.MarketCap)
 	}
-	return &c.Daily
 }
 
 // apply takes a new quote.
@@ -190,7 +189,7 @@ func (c *coinState) detail(now time.Time) coinpulse.CoinDetail {
 		d.MarketCapChange24h = ptr(c.MarketCap - m)
 		d.MarketCapChangePercentage24h = pct(c.MarketCap, m)
 		hi, lo := c.Price, c.Price
-		for i, v := range c.Hourly.Price {
+		for i, v := range c.Hourly.Price { // float64
 			if c.Hourly.Start+int64(i)*c.Hourly.Step > day {
 				hi, lo = max(hi, v), min(lo, v)
 			}

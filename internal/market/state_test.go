@@ -6,7 +6,7 @@ import (
 )
 
 func TestRing(t *testing.T) {
-	r := ring{Step: 10, Keep: 3, Caps: true}
+	r := ring[float64]{Step: 10, Keep: 3, Caps: true}
 	for i := range 10 {
 		r.add(int64(100+10*i), float64(i), float64(-i))
 	}
@@ -30,7 +30,7 @@ func TestRing(t *testing.T) {
 	if r.Start != 250 || len(r.Price) != 1 {
 		t.Errorf("after a gap: start %d, %v", r.Start, r.Price)
 	}
-	d := ring{Step: 10, Keep: 2}
+	d := ring[float32]{Step: 10, Keep: 2}
 	d.add(10, 1, 99)
 	if p, m, ok := d.at(10); !ok || p != 1 || m != 0 || d.Cap != nil {
 		t.Errorf("a ring without caps kept one: %v %v %v", p, m, d.Cap)
