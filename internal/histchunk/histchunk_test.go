@@ -16,6 +16,9 @@ func date(y int, m time.Month, d, h int) time.Time {
 	return time.Date(y, m, d, h, 0, 0, 0, time.UTC)
 }
 
+// hourlyBucket is the start of the hourly chunk (a week) the tests use.
+var hourlyBucket = date(2024, 2, 29, 0)
+
 func point(t time.Time, price float64) coinpulse.HistoryPoint {
 	return coinpulse.HistoryPoint{Timestamp: t, Price: price, MarketCap: price * 1e6, TotalVolume: price * 1e3}
 }
@@ -29,8 +32,10 @@ func wantCode(t *testing.T, err error, code coinpulse.Code) {
 }
 
 func TestBucket(t *testing.T) {
-	// 2024-03-05 is Unix day 19787; 19787 / 64 = 309 rem 11, so its daily
-	// bucket starts on day 309*64 = 19776, 2024-02-23.
+	// Hourly buckets are weeks from the epoch (a Thursday): 2024-03-05, a
+	// Tuesday, is in the week of Thursday 2024-02-29. 2024-03-05 is Unix day
+	// 19787; 19787 / 256 = 77 rem 75, so its daily bucket starts on day
+	// 77*256 = 19712, 2023-12-21.
 	paris := time.FixedZone("CET", 3600)
 	tests := []struct {
 		name     string
@@ -38,16 +43,17 @@ func TestBucket(t *testing.T) {
 		t        time.Time
 		want     time.Time
 	}{
-		{"hourly midnight", coinpulse.Hourly, date(2024, 3, 5, 0), date(2024, 3, 5, 0)},
-		{"hourly afternoon", coinpulse.Hourly, date(2024, 3, 5, 13), date(2024, 3, 5, 0)},
-		{"hourly last second", coinpulse.Hourly, date(2024, 3, 6, 0).Add(-time.Second), date(2024, 3, 5, 0)},
-		{"hourly other zone", coinpulse.Hourly, time.Date(2024, 3, 6, 0, 30, 0, 0, paris), date(2024, 3, 5, 0)},
-		{"hourly before 1970", coinpulse.Hourly, date(1969, 12, 31, 5), date(1969, 12, 31, 0)},
-		{"daily inside", coinpulse.Daily, date(2024, 3, 5, 0), date(2024, 2, 23, 0)},
-		{"daily start", coinpulse.Daily, date(2024, 2, 23, 0), date(2024, 2, 23, 0)},
-		{"daily end", coinpulse.Daily, date(2024, 2, 23, 0).Add(64*24*time.Hour - time.Nanosecond), date(2024, 2, 23, 0)},
+		{"hourly week start", coinpulse.Hourly, date(2024, 2, 29, 0), date(2024, 2, 29, 0)},
+		{"hourly inside", coinpulse.Hourly, date(2024, 3, 5, 13), date(2024, 2, 29, 0)},
+		{"hourly last second", coinpulse.Hourly, date(2024, 3, 7, 0).Add(-time.Second), date(2024, 2, 29, 0)},
+		{"hourly next week", coinpulse.Hourly, date(2024, 3, 7, 0), date(2024, 3, 7, 0)},
+		{"hourly other zone", coinpulse.Hourly, time.Date(2024, 3, 7, 0, 30, 0, 0, paris), date(2024, 2, 29, 0)},
+		{"hourly before 1970", coinpulse.Hourly, date(1969, 12, 31, 5), date(1969, 12, 25, 0)},
+		{"daily inside", coinpulse.Daily, date(2024, 3, 5, 0), date(2023, 12, 21, 0)},
+		{"daily start", coinpulse.Daily, date(2023, 12, 21, 0), date(2023, 12, 21, 0)},
+		{"daily end", coinpulse.Daily, date(2023, 12, 21, 0).Add(256*24*time.Hour - time.Nanosecond), date(2023, 12, 21, 0)},
 		{"daily epoch", coinpulse.Daily, time.Unix(0, 0), time.Unix(0, 0).UTC()},
-		{"daily before 1970", coinpulse.Daily, date(1969, 12, 31, 0), time.Unix(-64*86400, 0).UTC()},
+		{"daily before 1970", coinpulse.Daily, date(1969, 12, 31, 0), time.Unix(-256*86400, 0).UTC()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -60,10 +66,10 @@ func TestBucket(t *testing.T) {
 }
 
 func TestSpan(t *testing.T) {
-	if got, want := Span(coinpulse.Hourly), 24*time.Hour; got != want {
+	if got, want := Span(coinpulse.Hourly), 7*24*time.Hour; got != want {
 		t.Errorf("Span(hourly) = %v, want %v", got, want)
 	}
-	if got, want := Span(coinpulse.Daily), 64*24*time.Hour; got != want {
+	if got, want := Span(coinpulse.Daily), 256*24*time.Hour; got != want {
 		t.Errorf("Span(daily) = %v, want %v", got, want)
 	}
 }
@@ -71,7 +77,7 @@ func TestSpan(t *testing.T) {
 // TestLayout pins the blob format byte for byte: other programs (and older
 // rows) depend on it.
 func TestLayout(t *testing.T) {
-	b := date(2024, 3, 5, 0)
+	b := hourlyBucket
 	blob, err := Encode(coinpulse.Hourly, b, []coinpulse.HistoryPoint{
 		{Timestamp: b.Add(3 * time.Hour), Price: 1.5, MarketCap: 2, TotalVolume: -0.25},
 		{Timestamp: b.Add(1 * time.Hour), Price: 10, MarketCap: 20, TotalVolume: 30},
@@ -81,6 +87,8 @@ func TestLayout(t *testing.T) {
 	}
 	var want []byte
 	want = binary.LittleEndian.AppendUint64(want, 1<<1|1<<3)
+	want = binary.LittleEndian.AppendUint64(want, 0) // slots 64..127
+	want = binary.LittleEndian.AppendUint64(want, 0) // slots 128..167
 	for _, v := range []float64{10, 20, 30, 1.5, 2, -0.25} {
 		want = binary.LittleEndian.AppendUint64(want, math.Float64bits(v))
 	}
@@ -90,7 +98,7 @@ func TestLayout(t *testing.T) {
 }
 
 func TestRoundTrip(t *testing.T) {
-	hourly := date(2024, 3, 5, 0)
+	hourly := hourlyBucket
 	daily := Bucket(coinpulse.Daily, date(2024, 3, 5, 0))
 	full := make([]coinpulse.HistoryPoint, DailySlots)
 	for i := range full {
@@ -116,7 +124,11 @@ func TestRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Encode: %v", err)
 			}
-			if want := 8 + 24*len(tt.points); len(blob) != want {
+			header := 24 // three bitmap words for 168 hourly slots
+			if tt.interval == coinpulse.Daily {
+				header = 32 // four for 256 daily slots
+			}
+			if want := header + 24*len(tt.points); len(blob) != want {
 				t.Errorf("len(blob) = %d, want %d", len(blob), want)
 			}
 			got, err := Decode(tt.interval, tt.bucket, blob)
@@ -136,7 +148,7 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func TestNegativeZeroKeepsItsBits(t *testing.T) {
-	b := date(2024, 3, 5, 0)
+	b := hourlyBucket
 	blob, err := Encode(coinpulse.Hourly, b, []coinpulse.HistoryPoint{{Timestamp: b, Price: math.Copysign(0, -1)}})
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +163,7 @@ func TestNegativeZeroKeepsItsBits(t *testing.T) {
 }
 
 func TestEncodeErrors(t *testing.T) {
-	b := date(2024, 3, 5, 0)
+	b := hourlyBucket
 	tests := []struct {
 		name     string
 		interval coinpulse.Interval
@@ -164,7 +176,7 @@ func TestEncodeErrors(t *testing.T) {
 		{"off the step", coinpulse.Hourly, b, []coinpulse.HistoryPoint{point(b.Add(90*time.Minute), 1)}, coinpulse.CodeValidation},
 		{"fraction of a second", coinpulse.Hourly, b, []coinpulse.HistoryPoint{point(b.Add(time.Millisecond), 1)}, coinpulse.CodeValidation},
 		{"daily off the step", coinpulse.Daily, Bucket(coinpulse.Daily, b), []coinpulse.HistoryPoint{point(b.Add(time.Hour), 1)}, coinpulse.CodeValidation},
-		{"after the chunk", coinpulse.Hourly, b, []coinpulse.HistoryPoint{point(b.Add(24*time.Hour), 1)}, coinpulse.CodeValidation},
+		{"after the chunk", coinpulse.Hourly, b, []coinpulse.HistoryPoint{point(b.Add(168*time.Hour), 1)}, coinpulse.CodeValidation},
 		{"before the chunk", coinpulse.Hourly, b, []coinpulse.HistoryPoint{point(b.Add(-time.Hour), 1)}, coinpulse.CodeValidation},
 		{"NaN", coinpulse.Hourly, b, []coinpulse.HistoryPoint{{Timestamp: b, Price: math.NaN()}}, coinpulse.CodeValidation},
 		{"infinity", coinpulse.Hourly, b, []coinpulse.HistoryPoint{{Timestamp: b, TotalVolume: math.Inf(1)}}, coinpulse.CodeValidation},
@@ -181,12 +193,15 @@ func TestEncodeErrors(t *testing.T) {
 }
 
 func TestDecodeErrors(t *testing.T) {
-	b := date(2024, 3, 5, 0)
+	b := hourlyBucket
 	valid, err := Encode(coinpulse.Hourly, b, []coinpulse.HistoryPoint{point(b, 1), point(b.Add(time.Hour), 2)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	beyond := binary.LittleEndian.AppendUint64(nil, 1<<24)
+	// Slot 168 (bit 40 of the third word) is past an hourly chunk.
+	beyond := binary.LittleEndian.AppendUint64(nil, 0)
+	beyond = binary.LittleEndian.AppendUint64(beyond, 0)
+	beyond = binary.LittleEndian.AppendUint64(beyond, 1<<40)
 	beyond = append(beyond, make([]byte, 24)...)
 	tests := []struct {
 		name     string
@@ -209,18 +224,20 @@ func TestDecodeErrors(t *testing.T) {
 			}
 		})
 	}
-	// Bit 63 is a valid slot of no chunk shorter than 64; 64-slot daily
-	// chunks accept it.
-	all := binary.LittleEndian.AppendUint64(nil, math.MaxUint64)
-	all = append(all, make([]byte, 64*24)...)
+	// Every bit of the four words is a slot of a 256-slot daily chunk.
+	var all []byte
+	for range 4 {
+		all = binary.LittleEndian.AppendUint64(all, math.MaxUint64)
+	}
+	all = append(all, make([]byte, 256*24)...)
 	got, err := Decode(coinpulse.Daily, Bucket(coinpulse.Daily, b), all)
-	if err != nil || len(got) != 64 {
-		t.Errorf("Decode(daily, all slots) = %d points, %v; want 64 points", len(got), err)
+	if err != nil || len(got) != 256 {
+		t.Errorf("Decode(daily, all slots) = %d points, %v; want 256 points", len(got), err)
 	}
 }
 
 func TestMerge(t *testing.T) {
-	b := date(2024, 3, 5, 0)
+	b := hourlyBucket
 	old, err := Encode(coinpulse.Hourly, b, []coinpulse.HistoryPoint{point(b, 1), point(b.Add(time.Hour), 2), point(b.Add(5*time.Hour), 5)})
 	if err != nil {
 		t.Fatal(err)
@@ -266,7 +283,7 @@ func TestMerge(t *testing.T) {
 }
 
 func TestTrimBefore(t *testing.T) {
-	b := date(2024, 3, 5, 0)
+	b := hourlyBucket
 	pts := []coinpulse.HistoryPoint{point(b, 1), point(b.Add(time.Hour), 2), point(b.Add(2*time.Hour), 3)}
 	blob, err := Encode(coinpulse.Hourly, b, pts)
 	if err != nil {
@@ -316,7 +333,7 @@ func TestGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Chunk{
-		{Bucket: d1, Points: []coinpulse.HistoryPoint{point(d1.Add(23*time.Hour), 1), point(d1, 0)}},
+		{Bucket: Bucket(coinpulse.Hourly, d1), Points: []coinpulse.HistoryPoint{point(d1.Add(23*time.Hour), 1), point(d1, 0)}},
 		{Bucket: d3, Points: []coinpulse.HistoryPoint{point(d3.Add(time.Hour), 7), point(d3, 6)}},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -342,13 +359,13 @@ func TestGroup(t *testing.T) {
 }
 
 func TestGroupOrdered(t *testing.T) {
-	d1, d2 := date(2024, 3, 5, 0), date(2024, 3, 6, 0)
+	d1, d2 := date(2024, 3, 5, 0), date(2024, 3, 7, 0) // two weeks
 	in := []coinpulse.HistoryPoint{point(d1.Add(22*time.Hour), 1), point(d1.Add(23*time.Hour), 2), point(d2, 3), point(d2.Add(5*time.Hour), 4)}
 	got, err := Group(coinpulse.Hourly, in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Chunk{{Bucket: d1, Points: in[:2]}, {Bucket: d2, Points: in[2:]}}
+	want := []Chunk{{Bucket: Bucket(coinpulse.Hourly, d1), Points: in[:2]}, {Bucket: d2, Points: in[2:]}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Group mismatch (-want +got):\n%s", diff)
 	}
@@ -360,7 +377,7 @@ func TestGroupOrdered(t *testing.T) {
 }
 
 func TestGroupSeries(t *testing.T) {
-	d1, d2 := date(2024, 3, 5, 0), date(2024, 3, 6, 0)
+	d1, d2 := hourlyBucket, date(2024, 3, 7, 0) // two weeks
 	series := []coinpulse.Series{
 		{CoinID: "b", Points: []coinpulse.HistoryPoint{point(d2, 1)}},
 		{CoinID: "a", Points: []coinpulse.HistoryPoint{point(d1, 2)}},
@@ -394,7 +411,7 @@ func TestGroupSeries(t *testing.T) {
 // FuzzDecode feeds Decode arbitrary blobs: it must never panic, and what it
 // accepts must be a canonical encoding of points inside the chunk.
 func FuzzDecode(f *testing.F) {
-	b := date(2024, 3, 5, 0)
+	b := hourlyBucket
 	empty, _ := Encode(coinpulse.Hourly, b, nil)
 	two, _ := Encode(coinpulse.Hourly, b, []coinpulse.HistoryPoint{point(b, 1), point(b.Add(23*time.Hour), 2)})
 	daily, _ := Encode(coinpulse.Daily, Bucket(coinpulse.Daily, b), []coinpulse.HistoryPoint{point(Bucket(coinpulse.Daily, b).Add(63*24*time.Hour), 3)})

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"coinpulse"
+	"coinpulse/internal/histchunk"
 	"coinpulse/internal/storetest"
 )
 
@@ -221,8 +222,9 @@ func TestTransact(t *testing.T) {
 func TestPutHistoryBatches(t *testing.T) {
 	db := openTest(t)
 	ctx := t.Context()
-	start := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	const coins, hours = 150, 24 * 40 // 6,000 chunks
+	start := histchunk.Bucket(coinpulse.Hourly, time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+	const coins, chunks = 150, 40 // 6,000 chunks
+	const hours = chunks * histchunk.HourlySlots
 	var series []coinpulse.Series
 	for c := range coins {
 		s := coinpulse.Series{CoinID: fmt.Sprintf("coin-%03d", c)}
@@ -238,8 +240,8 @@ func TestPutHistoryBatches(t *testing.T) {
 	if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM price_history`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if n != coins*40 {
-		t.Errorf("price_history holds %d rows, want %d", n, coins*40)
+	if n != coins*chunks {
+		t.Errorf("price_history holds %d rows, want %d", n, coins*chunks)
 	}
 	for _, c := range []int{0, 77, coins - 1} {
 		got, err := db.History(ctx, series[c].CoinID, coinpulse.Hourly, start, start.Add(hours*time.Hour))

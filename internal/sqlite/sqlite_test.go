@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"coinpulse"
+	"coinpulse/internal/histchunk"
 	"coinpulse/internal/storetest"
 )
 
@@ -221,9 +222,9 @@ func TestTransact(t *testing.T) {
 func TestHistoryChunkRows(t *testing.T) {
 	db := openTest(t)
 	ctx := t.Context()
-	start := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	start := histchunk.Bucket(coinpulse.Hourly, time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	var points []coinpulse.HistoryPoint
-	for i := range 72 {
+	for i := range 3 * histchunk.HourlySlots {
 		points = append(points, coinpulse.HistoryPoint{Timestamp: start.Add(time.Duration(i) * time.Hour), Price: float64(i)})
 	}
 	if err := db.PutHistory(ctx, coinpulse.Hourly, []coinpulse.Series{{CoinID: "bitcoin", Points: points}}); err != nil {
@@ -234,7 +235,7 @@ func TestHistoryChunkRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n != 3 {
-		t.Errorf("72 hourly points from midnight take %d rows, want 3", n)
+		t.Errorf("three chunks' worth of hourly points from a chunk start take %d rows, want 3", n)
 	}
 }
 
@@ -243,7 +244,7 @@ func TestHistoryChunkRows(t *testing.T) {
 func TestCorruptChunk(t *testing.T) {
 	db := openTest(t)
 	ctx := t.Context()
-	bucket := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	bucket := histchunk.Bucket(coinpulse.Hourly, time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	_, err := db.db.ExecContext(ctx, `INSERT INTO price_history (coin_id, interval, bucket_start, data) VALUES ('x', 'hourly', ?, x'0100')`, bucket.Unix())
 	if err != nil {
 		t.Fatal(err)
