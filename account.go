@@ -175,3 +175,27 @@ type AccountStore interface {
 	// to drop their key caches.
 	AuthEpoch(ctx context.Context) (int64, error)
 }
+
+// The errors account stores return, worded for subscribers; both engines
+// use them so that their answers agree.
+
+// ErrUserNotFound is RESOURCE_NOT_FOUND for a user.
+func ErrUserNotFound() error { return Errorf(CodeNotFound, "The user was not found.") }
+
+// ErrKeyNotFound is RESOURCE_NOT_FOUND for an API key.
+func ErrKeyNotFound() error { return Errorf(CodeNotFound, "The API key was not found.") }
+
+// ErrEmailTaken is the CONFLICT of creating a user whose e-mail is in use.
+func ErrEmailTaken(cause error) error {
+	return &Error{Code: CodeConflict, Message: "An account with this e-mail address already exists.", Err: cause}
+}
+
+// ErrKeyExists is the CONFLICT of storing a key hash twice.
+func ErrKeyExists(cause error) error {
+	return &Error{Code: CodeConflict, Message: "An API key with this hash already exists.", Err: cause}
+}
+
+// ErrKeyLimit is KEY_LIMIT_REACHED: the account holds MaxActiveKeys.
+func ErrKeyLimit() error {
+	return Errorf(CodeKeyLimitReached, "An account holds at most %d active keys; revoke one first.", MaxActiveKeys)
+}

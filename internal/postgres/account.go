@@ -12,29 +12,6 @@ import (
 	"coinpulse"
 )
 
-// The errors of the account methods, worded for subscribers.
-
-func errUserNotFound() error {
-	return coinpulse.Errorf(coinpulse.CodeNotFound, "The user was not found.")
-}
-
-func errKeyNotFound() error {
-	return coinpulse.Errorf(coinpulse.CodeNotFound, "The API key was not found.")
-}
-
-func errEmailTaken(cause error) error {
-	return &coinpulse.Error{Code: coinpulse.CodeConflict, Message: "An account with this e-mail address already exists.", Err: cause}
-}
-
-func errKeyExists(cause error) error {
-	return &coinpulse.Error{Code: coinpulse.CodeConflict, Message: "An API key with this hash already exists.", Err: cause}
-}
-
-func errKeyLimit() error {
-	return coinpulse.Errorf(coinpulse.CodeKeyLimitReached,
-		"An account holds at most %d active keys; revoke one first.", coinpulse.MaxActiveKeys)
-}
-
 const userColumns = `id, email, password_hash, tier, tier_expires_at, created_at, updated_at`
 
 func scanUser(row pgx.Row) (*coinpulse.User, error) {
@@ -73,7 +50,7 @@ func (db *DB) CreateUser(ctx context.Context, u *coinpulse.User) error {
 		u.Email, u.PasswordHash, u.Tier, u.TierExpiresAt, u.CreatedAt, u.UpdatedAt,
 	).Scan(&u.ID)
 	if isUniqueViolation(err) {
-		return errEmailTaken(err)
+		return coinpulse.ErrEmailTaken(err)
 	}
 	if err != nil {
 		return fmt.Errorf("postgres: create user: %w", err)
@@ -85,7 +62,7 @@ func (db *DB) CreateUser(ctx context.Context, u *coinpulse.User) error {
 func (db *DB) UserByID(ctx context.Context, id int64) (*coinpulse.User, error) {
 	u, err := scanUser(db.pool.QueryRow(ctx, `SELECT `+userColumns+` FROM users WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, errUserNotFound()
+		return nil, coinpulse.ErrUserNotFound()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("postgres: user by id: %w", err)
@@ -98,7 +75,7 @@ func (db *DB) UserByID(ctx context.Context, id int64) (*coinpulse.User, error) {
 func (db *DB) UserByEmail(ctx context.Context, email string) (*coinpulse.User, error) {
 	u, err := scanUser(db.pool.QueryRow(ctx, `SELECT `+userColumns+` FROM users WHERE lower(email) = lower($1)`, email))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, errUserNotFound()
+		return nil, coinpulse.ErrUserNotFound()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("postgres: user by e-mail: %w", err)
@@ -120,7 +97,7 @@ func (db *DB) SetUserTier(ctx context.Context, userID int64, tier coinpulse.Tier
 			return fmt.Errorf("postgres: set user tier: %w", err)
 		}
 		if tag.RowsAffected() == 0 {
-			return errUserNotFound()
+			return coinpulse.ErrUserNotFound()
 		}
 		return bumpAuthEpoch(ctx, tx)
 	})
@@ -164,7 +141,7 @@ func (db *DB) CreateKey(ctx context.Context, k *coinpulse.APIKey) error {
 		var one int
 		err := tx.QueryRow(ctx, `SELECT 1 FROM users WHERE id = $1 FOR UPDATE`, k.UserID).Scan(&one)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return errUserNotFound()
+			return coinpulse.ErrUserNotFound()
 		}
 		if err != nil {
 			return fmt.Errorf("postgres: create key: %w", err)
@@ -178,7 +155,7 @@ func (db *DB) CreateKey(ctx context.Context, k *coinpulse.APIKey) error {
 			return fmt.Errorf("postgres: create key: count active keys: %w", err)
 		}
 		if active >= coinpulse.MaxActiveKeys {
-			return errKeyLimit()
+			return coinpulse.ErrKeyLimit()
 		}
 		err = tx.QueryRow(ctx, `
 			INSERT INTO api_keys (user_id, name, mode, hash, prefix, last4, perm_read, perm_write,
@@ -189,7 +166,7 @@ func (db *DB) CreateKey(ctx context.Context, k *coinpulse.APIKey) error {
 			k.ExpiresAt, k.CreatedAt, k.LastUsedAt, k.RevokedAt,
 		).Scan(&k.ID)
 		if isUniqueViolation(err) {
-			return errKeyExists(err)
+			return coinpulse.ErrKeyExists(err)
 		}
 		if err != nil {
 			return fmt.Errorf("postgres: create key: %w", err)
@@ -203,7 +180,7 @@ func (db *DB) CreateKey(ctx context.Context, k *coinpulse.APIKey) error {
 func (db *DB) KeyByHash(ctx context.Context, hash string) (*coinpulse.APIKey, error) {
 	k, err := scanKey(db.pool.QueryRow(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE hash = $1`, hash))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, errKeyNotFound()
+		return nil, coinpulse.ErrKeyNotFound()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("postgres: key by hash: %w", err)
@@ -249,7 +226,7 @@ func (db *DB) RevokeKey(ctx context.Context, userID, keyID int64, now time.Time)
 		var one int
 		err = tx.QueryRow(ctx, `SELECT 1 FROM api_keys WHERE id = $1 AND user_id = $2`, keyID, userID).Scan(&one)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return errKeyNotFound()
+			return coinpulse.ErrKeyNotFound()
 		}
 		if err != nil {
 			return fmt.Errorf("postgres: revoke key: %w", err)

@@ -13,10 +13,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
-	"path"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"coinpulse"
+	"coinpulse/internal/migrate"
 )
 
 // DB is a PostgreSQL database holding Coinpulse's state. It is safe for
@@ -131,44 +128,11 @@ func lock(ctx context.Context, tx pgx.Tx, key int64) error {
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// migration is one file of migrations/: NNNN_name.sql, applied in order of
-// NNNN.
-type migration struct {
-	version int64
-	name    string
-	sql     string
-}
-
-func readMigrations() ([]migration, error) {
-	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, name := range names { // Glob sorts by name
-		base := path.Base(name)
-		prefix, _, ok := strings.Cut(base, "_")
-		version, err := strconv.ParseInt(prefix, 10, 64)
-		if !ok || err != nil || version <= 0 {
-			return nil, fmt.Errorf("migration %s: name must start with a positive version and '_'", base)
-		}
-		if len(ms) > 0 && version <= ms[len(ms)-1].version {
-			return nil, fmt.Errorf("migration %s: version %d is not above the previous one", base, version)
-		}
-		b, err := migrationFiles.ReadFile(name)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: version, name: base, sql: string(b)})
-	}
-	return ms, nil
-}
-
 // migrate applies the migrations not yet recorded in schema_migrations,
 // each in its own transaction together with its record, under an advisory
 // lock so that concurrent nodes apply each once.
 func (db *DB) migrate(ctx context.Context) error {
-	ms, err := readMigrations()
+	ms, err := migrate.Read(migrationFiles, "migrations")
 	if err != nil {
 		return err
 	}
@@ -185,19 +149,19 @@ func (db *DB) migrate(ctx context.Context) error {
 				return fmt.Errorf("create schema_migrations: %w", err)
 			}
 			var applied bool
-			err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)`, m.version).Scan(&applied)
+			err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)`, m.Version).Scan(&applied)
 			if err != nil || applied {
 				return err
 			}
-			if _, err := tx.Exec(ctx, m.sql); err != nil {
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return err
 			}
 			_, err = tx.Exec(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)`,
-				m.version, truncate(db.now()))
+				m.Version, truncate(db.now()))
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("migration %s: %w", m.name, err)
+			return fmt.Errorf("migration %s: %w", m.Name, err)
 		}
 	}
 	return nil

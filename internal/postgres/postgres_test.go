@@ -15,6 +15,7 @@ import (
 
 	"coinpulse"
 	"coinpulse/internal/histchunk"
+	"coinpulse/internal/migrate"
 	"coinpulse/internal/storetest"
 )
 
@@ -106,7 +107,7 @@ func migrationCount(t *testing.T, db *DB) int {
 
 func TestConcurrentMigration(t *testing.T) {
 	url, schema := newSchema(t)
-	ms, err := readMigrations()
+	ms, err := migrate.Read(migrationFiles, "migrations")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +157,7 @@ func TestReopenKeepsData(t *testing.T) {
 	if _, err := db.UserByID(ctx, u.ID); err != nil {
 		t.Errorf("UserByID after reopening: %v", err)
 	}
-	ms, err := readMigrations()
+	ms, err := migrate.Read(migrationFiles, "migrations")
 	if err != nil {
 		t.Fatal(err)
 	}

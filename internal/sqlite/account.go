@@ -10,29 +10,6 @@ import (
 	"coinpulse"
 )
 
-// The errors of the account methods, worded for subscribers.
-
-func errUserNotFound() error {
-	return coinpulse.Errorf(coinpulse.CodeNotFound, "The user was not found.")
-}
-
-func errKeyNotFound() error {
-	return coinpulse.Errorf(coinpulse.CodeNotFound, "The API key was not found.")
-}
-
-func errEmailTaken(cause error) error {
-	return &coinpulse.Error{Code: coinpulse.CodeConflict, Message: "An account with this e-mail address already exists.", Err: cause}
-}
-
-func errKeyExists(cause error) error {
-	return &coinpulse.Error{Code: coinpulse.CodeConflict, Message: "An API key with this hash already exists.", Err: cause}
-}
-
-func errKeyLimit() error {
-	return coinpulse.Errorf(coinpulse.CodeKeyLimitReached,
-		"An account holds at most %d active keys; revoke one first.", coinpulse.MaxActiveKeys)
-}
-
 // scanner is a *sql.Row or *sql.Rows.
 type scanner interface{ Scan(dest ...any) error }
 
@@ -78,7 +55,7 @@ func (db *DB) CreateUser(ctx context.Context, u *coinpulse.User) error {
 		u.Email, u.PasswordHash, u.Tier, nullMicros(u.TierExpiresAt), micros(u.CreatedAt), micros(u.UpdatedAt),
 	).Scan(&u.ID)
 	if isUniqueViolation(err) {
-		return errEmailTaken(err)
+		return coinpulse.ErrEmailTaken(err)
 	}
 	if err != nil {
 		return fmt.Errorf("sqlite: create user: %w", err)
@@ -90,7 +67,7 @@ func (db *DB) CreateUser(ctx context.Context, u *coinpulse.User) error {
 func (db *DB) UserByID(ctx context.Context, id int64) (*coinpulse.User, error) {
 	u, err := scanUser(db.db.QueryRowContext(ctx, `SELECT `+userColumns+` FROM users WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, errUserNotFound()
+		return nil, coinpulse.ErrUserNotFound()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: user by id: %w", err)
@@ -103,7 +80,7 @@ func (db *DB) UserByID(ctx context.Context, id int64) (*coinpulse.User, error) {
 func (db *DB) UserByEmail(ctx context.Context, email string) (*coinpulse.User, error) {
 	u, err := scanUser(db.db.QueryRowContext(ctx, `SELECT `+userColumns+` FROM users WHERE lower(email) = lower(?)`, email))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, errUserNotFound()
+		return nil, coinpulse.ErrUserNotFound()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: user by e-mail: %w", err)
@@ -127,7 +104,7 @@ func (db *DB) SetUserTier(ctx context.Context, userID int64, tier coinpulse.Tier
 		if n, err := res.RowsAffected(); err != nil {
 			return fmt.Errorf("sqlite: set user tier: %w", err)
 		} else if n == 0 {
-			return errUserNotFound()
+			return coinpulse.ErrUserNotFound()
 		}
 		return bumpAuthEpoch(ctx, tx)
 	})
@@ -175,7 +152,7 @@ func (db *DB) CreateKey(ctx context.Context, k *coinpulse.APIKey) error {
 		var one int
 		err := tx.QueryRowContext(ctx, `SELECT 1 FROM users WHERE id = ?`, k.UserID).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
-			return errUserNotFound()
+			return coinpulse.ErrUserNotFound()
 		}
 		if err != nil {
 			return fmt.Errorf("sqlite: create key: %w", err)
@@ -189,7 +166,7 @@ func (db *DB) CreateKey(ctx context.Context, k *coinpulse.APIKey) error {
 			return fmt.Errorf("sqlite: create key: count active keys: %w", err)
 		}
 		if active >= coinpulse.MaxActiveKeys {
-			return errKeyLimit()
+			return coinpulse.ErrKeyLimit()
 		}
 		err = tx.QueryRowContext(ctx, `
 			INSERT INTO api_keys (user_id, name, mode, hash, prefix, last4, perm_read, perm_write,
@@ -200,7 +177,7 @@ func (db *DB) CreateKey(ctx context.Context, k *coinpulse.APIKey) error {
 			nullMicros(k.ExpiresAt), micros(k.CreatedAt), nullMicros(k.LastUsedAt), nullMicros(k.RevokedAt),
 		).Scan(&k.ID)
 		if isUniqueViolation(err) {
-			return errKeyExists(err)
+			return coinpulse.ErrKeyExists(err)
 		}
 		if err != nil {
 			return fmt.Errorf("sqlite: create key: %w", err)
@@ -214,7 +191,7 @@ func (db *DB) CreateKey(ctx context.Context, k *coinpulse.APIKey) error {
 func (db *DB) KeyByHash(ctx context.Context, hash string) (*coinpulse.APIKey, error) {
 	k, err := scanKey(db.keyByHash.QueryRowContext(ctx, hash))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, errKeyNotFound()
+		return nil, coinpulse.ErrKeyNotFound()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: key by hash: %w", err)
@@ -264,7 +241,7 @@ func (db *DB) RevokeKey(ctx context.Context, userID, keyID int64, now time.Time)
 		var one int
 		err = tx.QueryRowContext(ctx, `SELECT 1 FROM api_keys WHERE id = ? AND user_id = ?`, keyID, userID).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
-			return errKeyNotFound()
+			return coinpulse.ErrKeyNotFound()
 		}
 		if err != nil {
 			return fmt.Errorf("sqlite: revoke key: %w", err)

@@ -13,10 +13,8 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/url"
 	"os"
-	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,6 +24,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"coinpulse"
+	"coinpulse/internal/migrate"
 )
 
 // DB is a SQLite database holding Coinpulse's state. It is safe for
@@ -163,43 +162,10 @@ func (db *DB) Transact(ctx context.Context, fn func(*sql.Tx) error) (err error) 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// migration is one file of migrations/: NNNN_name.sql, applied in order of
-// NNNN.
-type migration struct {
-	version int64
-	name    string
-	sql     string
-}
-
-func readMigrations() ([]migration, error) {
-	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, name := range names { // Glob sorts by name
-		base := path.Base(name)
-		prefix, _, ok := strings.Cut(base, "_")
-		version, err := strconv.ParseInt(prefix, 10, 64)
-		if !ok || err != nil || version <= 0 {
-			return nil, fmt.Errorf("migration %s: name must start with a positive version and '_'", base)
-		}
-		if len(ms) > 0 && version <= ms[len(ms)-1].version {
-			return nil, fmt.Errorf("migration %s: version %d is not above the previous one", base, version)
-		}
-		b, err := migrationFiles.ReadFile(name)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: version, name: base, sql: string(b)})
-	}
-	return ms, nil
-}
-
 // migrate applies the migrations not yet recorded in schema_migrations,
 // each in its own transaction together with its record.
 func (db *DB) migrate(ctx context.Context) error {
-	ms, err := readMigrations()
+	ms, err := migrate.Read(migrationFiles, "migrations")
 	if err != nil {
 		return err
 	}
@@ -213,19 +179,19 @@ func (db *DB) migrate(ctx context.Context) error {
 	for _, m := range ms {
 		err := db.Transact(ctx, func(tx *sql.Tx) error {
 			var n int
-			err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, m.version).Scan(&n)
+			err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, m.Version).Scan(&n)
 			if err != nil || n > 0 {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 				return err
 			}
 			_, err = tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`,
-				m.version, micros(db.now()))
+				m.Version, micros(db.now()))
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("migration %s: %w", m.name, err)
+			return fmt.Errorf("migration %s: %w", m.Name, err)
 		}
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 
 	"coinpulse"
 	"coinpulse/internal/histchunk"
+	"coinpulse/internal/migrate"
 	"coinpulse/internal/storetest"
 )
 
@@ -128,7 +129,7 @@ func TestReopenKeepsDataAndMigrationsOnce(t *testing.T) {
 		if v, err := db.GetKV(ctx, "k"); err != nil || string(v) != "v" {
 			t.Errorf("GetKV after reopening = %q, %v; want v", v, err)
 		}
-		ms, err := readMigrations()
+		ms, err := migrate.Read(migrationFiles, "migrations")
 		if err != nil {
 			t.Fatal(err)
 		}
