@@ -46,25 +46,36 @@ type cached struct {
 }
 
 // respond serves the body memoised under key in snap (building it with
-// build on first use) with ETag and Cache-Control, or 304 when the client
-// already has it; meta is written around it.
+// build on first use); see serveCached.
 func (s *Server) respond(w http.ResponseWriter, r *http.Request, snap *market.Snapshot, key string, meta *Meta, build func() (any, error)) error {
 	c, err := market.Memo(snap, key, func() (*cached, error) {
 		v, err := build()
 		if err != nil {
 			return nil, err
 		}
-		body, err := json.Marshal(v)
-		if err != nil {
-			return nil, err
-		}
-		h := fnv.New64a()
-		h.Write([]byte(key))
-		return &cached{body: body, etag: []string{`"` + snap.ID + "." + strconv.FormatUint(h.Sum64(), 36) + `"`}}, nil
+		return encodeCached(snap, key, v)
 	})
 	if err != nil {
 		return err
 	}
+	return s.serveCached(w, r, snap, c, meta)
+}
+
+// encodeCached encodes v, the response to key in snap, with its ETag: the
+// body is a function of the snapshot and the key, and so is the tag.
+func encodeCached(snap *market.Snapshot, key string, v any) (*cached, error) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	return &cached{body: body, etag: []string{`"` + snap.ID + "." + strconv.FormatUint(h.Sum64(), 36) + `"`}}, nil
+}
+
+// serveCached writes c with ETag and Cache-Control, or 304 when the client
+// already has it; meta is written around the body.
+func (s *Server) serveCached(w http.ResponseWriter, r *http.Request, snap *market.Snapshot, c *cached, meta *Meta) error {
 	hdr := w.Header()
 	hdr["Etag"] = c.etag
 	hdr["Cache-Control"] = cacheControl(snap.AsOf.Add(s.market.Refresh()).Sub(s.clock()))
@@ -178,21 +189,11 @@ func (s *Server) searchMarkets(w http.ResponseWriter, r *http.Request) error {
 	n := len(found)
 	m.Total = &n
 	// Searches are not memoised: their keys are the clients' free text.
-	c := &cached{}
-	body, err := json.Marshal(items(found))
+	c, err := encodeCached(snap, "search|"+text+"|"+strconv.Itoa(limit), items(found))
 	if err != nil {
 		return err
 	}
-	c.body = body
-	h := fnv.New64a()
-	h.Write(body)
-	w.Header()["Etag"] = []string{`"` + snap.ID + ".s" + strconv.FormatUint(h.Sum64(), 36) + `"`}
-	w.Header()["Cache-Control"] = cacheControl(snap.AsOf.Add(s.market.Refresh()).Sub(s.clock()))
-	if inm := r.Header.Get("If-None-Match"); inm != "" && etagMatch(inm, w.Header()["Etag"][0]) {
-		w.WriteHeader(http.StatusNotModified)
-		return nil
-	}
-	return writeRaw(w, http.StatusOK, c.body, &m)
+	return s.serveCached(w, r, snap, c, &m)
 }
 
 // GET /markets/global
