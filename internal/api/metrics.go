@@ -1,6 +1,7 @@
 package api
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -33,6 +34,40 @@ func newMetrics() *metrics {
 	m.reg.MustRegister(m.requests, m.latency, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
+}
+
+// watch registers gauges read at scrape time: how old the market data
+// served is (alert when it exceeds a few refresh intervals: the feed is
+// stuck), how many coins it holds, and how many keys the cache holds.
+func (m *metrics) watch(s *Server) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "coinpulse_market_snapshot_age_seconds",
+			Help: "Seconds since the market data being served was refreshed (NaN before the first refresh).",
+		}, func() float64 {
+			if snap := s.market.Current(); snap != nil {
+				return s.clock().Sub(snap.AsOf).Seconds()
+			}
+			return math.NaN()
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "coinpulse_market_coins",
+			Help: "Coins in the market data being served.",
+		}, func() float64 {
+			if snap := s.market.Current(); snap != nil {
+				return float64(snap.Len())
+			}
+			return 0
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "coinpulse_key_cache_entries",
+			Help: "Verified (or known-unknown) API keys held in this node's cache.",
+		}, func() float64 {
+			s.keys.mu.RLock()
+			defer s.keys.mu.RUnlock()
+			return float64(len(s.keys.entries))
+		}),
+	)
 }
 
 // routeMetrics are one route's pre-resolved collectors.

@@ -136,7 +136,15 @@ func TestResponsesMatchSpec(t *testing.T) {
 	}
 	rec := httptest.NewRecorder()
 	srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	if !strings.Contains(rec.Body.String(), `coinpulse_http_requests_total{route="/api/v1/markets",status="200"}`) {
-		t.Errorf("/metrics lacks per-route request counts")
+	for _, want := range []string{
+		`coinpulse_http_requests_total{route="/api/v1/markets",status="200"}`,
+		`coinpulse_http_request_duration_seconds_bucket{route="/api/v1/markets",le="0.001"}`,
+		"coinpulse_market_snapshot_age_seconds ",
+		"coinpulse_market_coins 1000",
+		"coinpulse_key_cache_entries ",
+	} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }

@@ -98,6 +98,7 @@ func New(cfg Config) *Server {
 	}
 	s.keys = newKeyCache(cfg.Store, s.clock, ttl)
 	s.metrics = newMetrics()
+	s.metrics.watch(s)
 	s.routes = s.routeTable()
 	for _, rt := range s.routes {
 		prefixes := Prefixes
