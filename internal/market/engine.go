@@ -39,7 +39,6 @@ type Engine struct {
 	markets *int
 
 	current atomic.Pointer[Snapshot]
-	seq     uint64
 
 	mu       sync.Mutex
 	retained []*Snapshot
@@ -118,7 +117,7 @@ func (e *Engine) fingerprint() string {
 // and publishes the first snapshot.
 func (e *Engine) Load(ctx context.Context) error {
 	start := time.Now()
-	now := e.cfg.Clock().UTC().Truncate(time.Millisecond)
+	now := e.aligned(e.cfg.Clock())
 	universe, err := e.cfg.Feed.Universe(ctx)
 	if err != nil {
 		return fmt.Errorf("feed universe: %w", err)
@@ -311,20 +310,33 @@ func (e *Engine) backfill(ctx context.Context, coins []coinpulse.CoinInfo, hourl
 	return ctx.Err()
 }
 
-// Run quotes the feed every Refresh until ctx ends, then saves the state.
+// Run quotes the feed on every Refresh boundary until ctx ends, then saves
+// the state.
 func (e *Engine) Run(ctx context.Context) error {
-	t := time.NewTicker(e.cfg.Refresh)
+	next := e.aligned(e.cfg.Clock()).Add(e.cfg.Refresh)
+	t := time.NewTimer(next.Sub(e.cfg.Clock()))
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return e.saveState(ctx)
 		case <-t.C:
-			if err := e.tick(ctx, e.cfg.Clock().UTC().Truncate(time.Millisecond)); err != nil && !errors.Is(err, context.Canceled) {
+			if err := e.tick(ctx, next); err != nil && !errors.Is(err, context.Canceled) {
 				e.cfg.Log.Error("market refresh failed", "err", err)
 			}
+			// A refresh that overran skips the boundaries it missed.
+			now := e.cfg.Clock()
+			next = e.aligned(now).Add(e.cfg.Refresh)
+			t.Reset(next.Sub(now))
 		}
 	}
+}
+
+// aligned is the last Refresh boundary at or before t. Quotes are taken on
+// the boundaries, so nodes sharing a feed and a refresh interval publish the
+// same snapshots, with the same ids and ETags, whenever each one started.
+func (e *Engine) aligned(t time.Time) time.Time {
+	return t.UTC().Truncate(max(e.cfg.Refresh, time.Millisecond))
 }
 
 // tick takes quotes at now, rolls hourly and daily points up when a
@@ -407,10 +419,9 @@ func (e *Engine) publish(now time.Time) {
 			details = append(details, c.detail(now))
 		}
 	}
-	e.seq++
-	s := Build(snapshotID(now, e.seq), now, e.cfg.Feed.Name(), e.cfg.Feed.Simulated(), details, e.markets, e.cfg.MinMoverVolume)
+	s := Build(snapshotID(now), now, e.cfg.Feed.Name(), e.cfg.Feed.Simulated(), details, e.markets, e.cfg.MinMoverVolume)
 	e.mu.Lock()
-	if prev := e.current.Load(); prev != nil {
+	if prev := e.current.Load(); prev != nil && prev.ID != s.ID {
 		e.retained = append(e.retained, prev)
 	}
 	cut := 0

@@ -111,6 +111,9 @@ func loadEngine(t testing.TB, feed *spyFeed, store *sqlite.DB, clock *fakeClock,
 		Feed: feed, Store: store, Clock: clock.Now,
 		Log:            slog.New(slog.NewTextHandler(io.Discard, nil)),
 		MinMoverVolume: 50_000, Retain: retain,
+		// Quotes are taken on Refresh boundaries: a millisecond grid keeps
+		// the clock's readings as they are.
+		Refresh: time.Millisecond,
 	})
 	if e.Current() != nil {
 		t.Fatalf("Current() before Load = %v, want nil", e.Current())
@@ -623,5 +626,45 @@ func TestEngineOtherSeedBackfillsAgain(t *testing.T) {
 	btc := lookup(t, e.Current(), "bitcoin")
 	if btc.PriceChangePercentage24h == nil || btc.PriceChangePercentage1y == nil {
 		t.Errorf("bitcoin 24 h / 1 y change after re-backfill = %v / %v, want known", btc.PriceChangePercentage24h, btc.PriceChangePercentage1y)
+	}
+}
+
+// Nodes sharing a feed and a refresh interval publish the same snapshots,
+// with the same ids, whenever each started: one that has been running and
+// rolled an hour up agrees with one that just started and filled that hour
+// from the feed.
+func TestEngineNodesAgree(t *testing.T) {
+	t.Parallel()
+	node := func(at time.Time) (*Engine, *fakeClock) {
+		clock := &fakeClock{t: at}
+		e := New(Config{
+			Feed: newSpy(t, 1), Store: openStore(t, loadedStore(t)), Clock: clock.Now,
+			Log:            slog.New(slog.NewTextHandler(io.Discard, nil)),
+			MinMoverVolume: 50_000, Refresh: time.Minute,
+		})
+		if err := e.Load(context.Background()); err != nil {
+			t.Fatalf("Load at %v: %v", at, err)
+		}
+		return e, clock
+	}
+	hour := start.Truncate(time.Hour).Add(time.Hour) // 13:00, after the template's 12:34:56
+	early, clock := node(hour.Add(-50 * time.Second))
+	if got, want := early.Current().AsOf, hour.Add(-time.Minute); !got.Equal(want) {
+		t.Fatalf("as_of after Load at %v = %v, want the refresh boundary %v", clock.Now(), got, want)
+	}
+	clock.Set(hour)
+	if err := early.tick(context.Background(), hour); err != nil {
+		t.Fatal(err)
+	}
+	late, _ := node(hour.Add(40 * time.Second))
+
+	a, b := early.Current(), late.Current()
+	if a.ID != b.ID || !a.AsOf.Equal(b.AsOf) {
+		t.Fatalf("snapshots %s at %v and %s at %v, want one id and time", a.ID, a.AsOf, b.ID, b.AsOf)
+	}
+	pa, _ := a.Page(MarketCapDesc, 1, a.Len())
+	pb, _ := b.Page(MarketCapDesc, 1, b.Len())
+	if diff := cmp.Diff(pa, pb); diff != "" {
+		t.Errorf("coins of the running node (-) and the new one (+) differ:\n%s", diff)
 	}
 }

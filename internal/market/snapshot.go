@@ -265,7 +265,8 @@ func Memo[T any](s *Snapshot, key string, build func() (T, error)) (T, error) {
 	return v, nil
 }
 
-// snapshotID renders a snapshot's opaque id.
-func snapshotID(asOf time.Time, seq uint64) string {
-	return strconv.FormatInt(asOf.Unix(), 36) + "-" + strconv.FormatUint(seq, 36)
+// snapshotID renders a snapshot's opaque id: a function of its time alone,
+// so that every node names the same snapshot alike.
+func snapshotID(asOf time.Time) string {
+	return strconv.FormatInt(asOf.UnixMilli(), 36)
 }

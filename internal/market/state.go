@@ -137,14 +137,15 @@ func addTail[T float32 | float64](r *ring[T], pts []coinpulse.HistoryPoint) {
 	}
 }
 
-// apply takes a new quote.
+// apply takes a new quote. Quotes do not move the stored extremes: those
+// come from history points only, so that every node computes the same
+// figures whenever it started; detail folds the current price in.
 func (c *coinState) apply(q coinpulse.Quote) {
 	c.Price, c.Volume, c.Updated, c.HasQuote = q.Price, q.TotalVolume, q.Time, true
 	c.MarketCap = q.MarketCap
 	if c.MarketCap == 0 {
 		c.MarketCap = q.Price * c.Info.CirculatingSupply
 	}
-	c.observe(q.Price, q.Time)
 }
 
 func ptr(v float64) *float64 {
@@ -176,11 +177,17 @@ func (c *coinState) detail(now time.Time) coinpulse.CoinDetail {
 		TotalSupply: c.Info.TotalSupply, MaxSupply: c.Info.MaxSupply,
 		HistoryStart: c.Info.ListedAt,
 	}
-	if c.ATH > 0 {
-		d.ATHChangePercentage = (c.Price - c.ATH) / c.ATH * 100
+	if !c.HasExtreme || c.Price > d.ATH {
+		d.ATH, d.ATHDate = c.Price, c.Updated
 	}
-	if c.ATL > 0 {
-		d.ATLChangePercentage = (c.Price - c.ATL) / c.ATL * 100
+	if !c.HasExtreme || c.Price < d.ATL {
+		d.ATL, d.ATLDate = c.Price, c.Updated
+	}
+	if d.ATH > 0 {
+		d.ATHChangePercentage = (c.Price - d.ATH) / d.ATH * 100
+	}
+	if d.ATL > 0 {
+		d.ATLChangePercentage = (c.Price - d.ATL) / d.ATL * 100
 	}
 	day := now.Add(-24 * time.Hour).Unix()
 	if p, m, ok := c.Hourly.at(day); ok {
