@@ -25,6 +25,7 @@ func (m Mode) Valid() bool { return m == ModeLive || m == ModeTest }
 // internal/sqlite and internal/postgres and pass internal/storetest.
 type Store interface {
 	AccountStore
+	PortfolioStore
 	HistoryStore
 	KVStore
 	// Ping reports whether the store answers.

@@ -1,0 +1,164 @@
+package coinpulse
+
+import (
+	"context"
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+// Owner is whose a portfolio is: an account in one mode. Live and sandbox
+// portfolios of the same account never see each other.
+type Owner struct {
+	UserID int64
+	Mode   Mode
+}
+
+// Portfolio is a named set of holdings. Holdings is filled by the reads
+// that return a portfolio.
+type Portfolio struct {
+	ID          int64
+	Owner       Owner
+	Name        string
+	Description string
+	// RealizedPL is the sum of the realised profit and loss of every sell
+	// ever made in the portfolio, deleted holdings included.
+	RealizedPL decimal.Decimal
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+	// SyncedAt is the time of the last sync, nil before the first.
+	SyncedAt *time.Time
+	// Version grows with every change to the portfolio or its holdings
+	// (a trade, a deleted holding, a rename, a sync).
+	Version  int64
+	Holdings []Holding
+}
+
+// Holding is a portfolio's position in one coin, on the average-cost
+// basis: TotalCost is the cost of the quantity still held.
+type Holding struct {
+	ID          int64
+	PortfolioID int64
+	CoinID      string
+	CoinSymbol  string
+	CoinName    string
+	Quantity    decimal.Decimal
+	TotalCost   decimal.Decimal
+	Notes       string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// TxType is a transaction's kind.
+type TxType string
+
+// The transaction kinds.
+const (
+	Buy  TxType = "buy"
+	Sell TxType = "sell"
+)
+
+// Transaction records one buy or sell.
+type Transaction struct {
+	ID          int64
+	PortfolioID int64
+	HoldingID   int64
+	CoinID      string
+	CoinSymbol  string
+	Type        TxType
+	Quantity    decimal.Decimal
+	Price       decimal.Decimal
+	Total       decimal.Decimal
+	// RealizedPL is set on sells only.
+	RealizedPL decimal.NullDecimal
+	Notes      string
+	ExecutedAt time.Time
+	CreatedAt  time.Time
+}
+
+// ValuePoint is a portfolio's value as a sync recorded it.
+type ValuePoint struct {
+	At         time.Time
+	TotalValue decimal.Decimal
+	TotalCost  decimal.Decimal
+}
+
+// PortfolioPatch changes the fields that are not nil.
+type PortfolioPatch struct {
+	Name        *string
+	Description *string
+}
+
+// Trade names the holding a buy or a sell acts on: HoldingID, or else the
+// portfolio's holding of CoinID (which a buy creates when there is none,
+// with the coin's symbol and name).
+type Trade struct {
+	HoldingID   int64
+	PortfolioID int64
+	CoinID      string
+	CoinSymbol  string
+	CoinName    string
+	Now         time.Time
+}
+
+// TradeFunc computes a trade from the holding as stored (a Holding with
+// ID 0 and zero quantity when the portfolio does not hold the coin yet) and
+// returns the holding after it and the transaction that records it. An
+// error leaves everything as it was.
+type TradeFunc func(h Holding) (Holding, Transaction, error)
+
+// PortfolioStore keeps portfolios, holdings, transactions and value
+// history. Every method is scoped to an Owner: another owner's rows are
+// RESOURCE_NOT_FOUND, never revealed.
+type PortfolioStore interface {
+	// CreatePortfolio stores p (ID, RealizedPL, SyncedAt ignored) and sets
+	// its ID. With max >= 0 it fails with ErrPortfolioLimit when the owner
+	// already has max portfolios, atomically.
+	CreatePortfolio(ctx context.Context, p *Portfolio, max int) error
+	// Portfolios returns the owner's portfolios, oldest first, each with
+	// its holdings (oldest first).
+	Portfolios(ctx context.Context, o Owner) ([]Portfolio, error)
+	// Portfolio returns one portfolio with its holdings.
+	Portfolio(ctx context.Context, o Owner, id int64) (*Portfolio, error)
+	// PortfolioVersion returns a portfolio's Version, by one indexed
+	// look-up: readers keep priced portfolios under it.
+	PortfolioVersion(ctx context.Context, o Owner, id int64) (int64, error)
+	// UpdatePortfolio applies patch and returns the portfolio with its
+	// holdings.
+	UpdatePortfolio(ctx context.Context, o Owner, id int64, patch PortfolioPatch, now time.Time) (*Portfolio, error)
+	// DeletePortfolio deletes a portfolio with its holdings, transactions
+	// and value history.
+	DeletePortfolio(ctx context.Context, o Owner, id int64) error
+	// Trade runs apply on the holding t names, under a lock that serialises
+	// trades on it, and stores the holding and the transaction it returns,
+	// adding the transaction's realised P/L to the portfolio's. It returns
+	// them with their ids and times set.
+	Trade(ctx context.Context, o Owner, t Trade, apply TradeFunc) (Holding, Transaction, error)
+	// DeleteHolding deletes a holding; its transactions stay.
+	DeleteHolding(ctx context.Context, o Owner, id int64) error
+	// Transactions returns a page of a portfolio's transactions, newest
+	// (by ExecutedAt, then ID) first, and their total count.
+	Transactions(ctx context.Context, o Owner, portfolioID int64, offset, limit int) ([]Transaction, int, error)
+	// RecordValue appends a value point and sets the portfolio's SyncedAt
+	// to v.At.
+	RecordValue(ctx context.Context, o Owner, portfolioID int64, v ValuePoint) error
+	// ValueHistory returns a portfolio's value points at or after from,
+	// oldest first.
+	ValueHistory(ctx context.Context, o Owner, portfolioID int64, from time.Time) ([]ValuePoint, error)
+}
+
+// ErrPortfolioNotFound is RESOURCE_NOT_FOUND for a portfolio.
+func ErrPortfolioNotFound(id int64) error {
+	return Errorf(CodeNotFound, "No portfolio %d.", id)
+}
+
+// ErrHoldingNotFound is RESOURCE_NOT_FOUND for a holding.
+func ErrHoldingNotFound(id int64) error {
+	return Errorf(CodeNotFound, "No holding %d.", id)
+}
+
+// ErrPortfolioLimit is PORTFOLIO_LIMIT_REACHED: the owner holds max
+// portfolios.
+func ErrPortfolioLimit(max int) error {
+	return Errorf(CodePortfolioLimitReached, "Your plan allows %d portfolios and you have %d; delete one or upgrade at /user/api.", max, max)
+}
