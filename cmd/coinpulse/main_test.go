@@ -208,6 +208,55 @@ func (s *server) get(t *testing.T, path, key string) (int, map[string]any) {
 	return res.StatusCode, body
 }
 
+// send sends a JSON body; numbers in the answer stay json.Number.
+func (s *server) send(t *testing.T, method, path, key, body string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(method, s.base+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var out map[string]any
+	dec := json.NewDecoder(res.Body)
+	dec.UseNumber()
+	if err := dec.Decode(&out); err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return res.StatusCode, out
+}
+
+// portfolioFlow buys 0.1 and 0.2 bitcoin and sells 0.1 at a profit through
+// the running server, checking the exact figures, and returns the
+// portfolio's path.
+func portfolioFlow(t *testing.T, s *server, key string) string {
+	t.Helper()
+	status, body := s.send(t, "POST", "/api/v1/portfolio", key, `{"name":"e2e"}`)
+	if status != 201 {
+		t.Fatalf("create portfolio: %d %v", status, body)
+	}
+	id := body["data"].(map[string]any)["id"].(json.Number).String()
+	path := "/api/v1/portfolio/" + id
+	for _, q := range []string{"0.1", "0.2"} {
+		if status, body := s.send(t, "POST", path+"/holdings", key, `{"coin_id":"bitcoin","quantity":`+q+`,"buy_price":100}`); status != 201 {
+			t.Fatalf("add holding: %d %v", status, body)
+		}
+	}
+	status, body = s.send(t, "POST", "/v1/portfolio/transactions", key, `{"portfolio_id":`+id+`,"coin_id":"btc","type":"sell","quantity":"0.1","price":"150.5"}`)
+	if status != 201 {
+		t.Fatalf("sell: %d %v", status, body)
+	}
+	status, body = s.send(t, "GET", path, key, "")
+	p := body["data"].(map[string]any)
+	h := p["holdings"].([]any)[0].(map[string]any)
+	if status != 200 || h["quantity"] != json.Number("0.2") || h["total_cost"] != json.Number("20") || p["realized_profit_loss"] != json.Number("5.05") {
+		t.Fatalf("portfolio after 0.1 + 0.2 - 0.1: %d %v", status, p)
+	}
+	return path
+}
+
 var demoKey = regexp.MustCompile(`(live|sandbox) key: +(sk_\w+)`)
 
 // testServeEndToEnd starts serve on db, uses the demo keys, revokes one
@@ -229,6 +278,12 @@ func testServeEndToEnd(t *testing.T, db string, extra ...string) {
 	}
 	if status, body := s.get(t, "/v1/coins/btc/history?days=90&interval=hourly", keys["live"]); status != 200 || len(body["data"].(map[string]any)["points"].([]any)) < 90*24 {
 		t.Fatalf("hourly history: %d", status)
+	}
+	// Portfolios, exact on this store; the sandbox sees only its own.
+	portfolioFlow(t, s, keys["live"])
+	sandboxPortfolio := portfolioFlow(t, s, keys["sandbox"])
+	if status, body := s.get(t, "/api/v1/portfolio", keys["sandbox"]); status != 200 || len(body["data"].([]any)) != 1 {
+		t.Fatalf("sandbox portfolios: %d %v", status, body)
 	}
 
 	// Revoking with the CLI (another process's connection to the same
@@ -275,6 +330,22 @@ func testServeEndToEnd(t *testing.T, db string, extra ...string) {
 	}
 	if status, _ := s2.get(t, "/api/v1/markets", keys["sandbox"]); status != 200 {
 		t.Errorf("sandbox key after restart: %d", status)
+	}
+	// The portfolio outlived the restart (back on a paid tier).
+	mustCLI(t, env, "users", "set-tier", "--email", DemoEmail, "--tier", "pro")
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		status, body := s2.send(t, "GET", sandboxPortfolio, keys["sandbox"], "")
+		if status == 200 {
+			if p := body["data"].(map[string]any); p["realized_profit_loss"] != json.Number("5.05") || p["holdings_count"] != json.Number("1") {
+				t.Errorf("portfolio after restart: %v", p)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("portfolio after restart: %d %v", status, body)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

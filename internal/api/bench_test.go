@@ -1,9 +1,19 @@
 package api
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"coinpulse"
+	"coinpulse/internal/ledger"
+	"coinpulse/internal/market"
 )
 
 // discard is a ResponseWriter that keeps nothing, so the benchmark measures
@@ -46,3 +56,109 @@ func BenchmarkHistory30d(b *testing.B) {
 }
 
 func BenchmarkHealthz(b *testing.B) { benchmarkGet(b, "/healthz", false) }
+
+// bigPortfolio makes a portfolio holding each of the first n coins of the
+// market (two buys each) and returns a key of its owner and its id.
+func bigPortfolio(b *testing.B, n int) (string, int64) {
+	ctx := context.Background()
+	t := &testing.T{}
+	srv := testServer(t)
+	u := newUser(t, coinpulse.TierPro, nil)
+	key, rec := newKey(t, u, coinpulse.ModeLive, rw, nil)
+	o := coinpulse.Owner{UserID: u.ID, Mode: rec.Mode}
+	p := &coinpulse.Portfolio{Owner: o, Name: "bench", CreatedAt: time.Now(), UpdatedAt: time.Now()}
+	if err := srv.store.CreatePortfolio(ctx, p, coinpulse.Unlimited); err != nil {
+		b.Fatal(err)
+	}
+	coins, _ := srv.market.Current().Page(market.MarketCapDesc, 1, n)
+	if len(coins) < n {
+		b.Fatalf("the market has %d coins, want %d", len(coins), n)
+	}
+	for _, c := range coins {
+		for _, q := range []string{"1.5", "0.25"} {
+			lot := ledger.Lot{Quantity: decimal.RequireFromString(q), Price: decimal.NewFromFloat(c.CurrentPrice), ExecutedAt: time.Now()}
+			tr := coinpulse.Trade{PortfolioID: p.ID, CoinID: c.ID, CoinSymbol: c.Symbol, CoinName: c.Name, Now: time.Now()}
+			if _, _, err := srv.store.Trade(ctx, o, tr, ledger.BuyFunc(lot)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	return key, p.ID
+}
+
+// benchmarkLatency runs req and reports the 50th and 99th percentile of
+// the iterations' latencies beside the mean.
+func benchmarkLatency(b *testing.B, method, target, key string) {
+	srv := testServer(&testing.T{})
+	h := srv.Handler()
+	w := &discard{h: http.Header{}}
+	serveOnce := func() {
+		req := httptest.NewRequest(method, target, nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		clear(w.h)
+		h.ServeHTTP(w, req)
+	}
+	serveOnce()
+	var lat []time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		start := time.Now()
+		serveOnce()
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
+
+// Reading a portfolio of 1,000 holdings: two queries, however many
+// holdings, then pricing and encoding each.
+func BenchmarkPortfolioRead1000(b *testing.B) {
+	key, id := bigPortfolio(b, 1000)
+	benchmarkLatency(b, "GET", fmt.Sprintf("/api/v1/portfolio/%d", id), key)
+}
+
+// Syncing the same portfolio: the read, plus recording a value point.
+func BenchmarkPortfolioSync1000(b *testing.B) {
+	key, id := bigPortfolio(b, 1000)
+	benchmarkLatency(b, "POST", fmt.Sprintf("/api/v1/portfolio/%d/sync", id), key)
+}
+
+// The parts of a read the cache saves: the store's read of 1,000
+// holdings, and pricing and encoding them.
+func BenchmarkPortfolioStoreRead1000(b *testing.B) {
+	key, id := bigPortfolio(b, 1000)
+	srv := testServer(&testing.T{})
+	o := ownerOfKey(b, key)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := srv.store.Portfolio(context.Background(), o, id); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkPortfolioPriceEncode1000(b *testing.B) {
+	key, id := bigPortfolio(b, 1000)
+	srv := testServer(&testing.T{})
+	p, err := srv.store.Portfolio(context.Background(), ownerOfKey(b, key), id)
+	if err != nil {
+		b.Fatal(err)
+	}
+	snap := srv.market.Current()
+	b.ReportAllocs()
+	for b.Loop() {
+		v := viewPortfolio(p, snap)
+		v.appendJSON(nil)
+	}
+}
+
+func ownerOfKey(b *testing.B, key string) coinpulse.Owner {
+	k, err := shared.store.KeyByHash(context.Background(), coinpulse.HashKey(key))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return coinpulse.Owner{UserID: k.UserID, Mode: k.Mode}
+}

@@ -1,10 +1,18 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"coinpulse"
+	"coinpulse/internal/ledger"
 )
 
 var fuzzPaths = []string{
@@ -59,6 +67,89 @@ func FuzzQuery(f *testing.F) {
 		}
 		if err := json.Unmarshal(rec.Body.Bytes(), &env); err != nil || env.Success == nil || *env.Success != (rec.Code == 200) || (rec.Code != 200) != (env.Error != nil) {
 			t.Fatalf("GET %s?%s: not an envelope: %s", target, q, rec.Body)
+		}
+	})
+}
+
+// FuzzTradeBodies sends arbitrary bodies to the holding, sell and
+// transaction endpoints of one portfolio: the answer is always 201 or 422
+// in the envelope, never a 500, and no sequence of them leaves a negative
+// or inexact holding.
+func FuzzTradeBodies(f *testing.F) {
+	for _, s := range []struct {
+		endpoint uint8
+		body     string
+	}{
+		{0, `{"coin_id":"bitcoin","quantity":0.1,"buy_price":100}`},
+		{0, `{"coin_id":"eth","quantity":"2.5","buy_price":"0","notes":"n","executed_at":"2024-02-29T12:00:00Z"}`},
+		{0, `{"coin_id":"bitcoin","quantity":1e-18,"buy_price":999999999999999.999999999999999999}`},
+		{1, `{"quantity":0.05,"sell_price":120}`},
+		{1, `{"quantity":1e308,"sell_price":1}`},
+		{1, `{"quantity":-0,"sell_price":-0}`},
+		{2, `{"portfolio_id":1,"coin_id":"bitcoin","type":"sell","quantity":0.01,"price":1}`},
+		{2, `{"portfolio_id":1,"coin_id":"bitcoin","type":"buy","quantity":"1","price":"1","extra":null}`},
+		{0, `{"coin_id":null,"quantity":{},"buy_price":[]}`},
+		{1, `[]`},
+		{2, `{"type":"sell"`},
+		{0, "{\"coin_id\":\"bitcoin\",\"quantity\":1,\"buy_price\":1,\"notes\":\"\\u0000\"}"},
+	} {
+		f.Add(s.endpoint, s.body)
+	}
+	srv := testServer(&testing.T{})
+	ctx := context.Background()
+	u := &coinpulse.User{Email: fmt.Sprintf("fuzz-trade-%d@example.com", userSeq.Add(1)), Tier: coinpulse.TierPro}
+	if err := shared.store.CreateUser(ctx, u); err != nil {
+		f.Fatal(err)
+	}
+	key, rec, err := coinpulse.NewAPIKey(u.ID, "fuzz", coinpulse.ModeLive, rw)
+	if err != nil {
+		f.Fatal(err)
+	}
+	if err := shared.store.CreateKey(ctx, rec); err != nil {
+		f.Fatal(err)
+	}
+	o := coinpulse.Owner{UserID: u.ID, Mode: coinpulse.ModeLive}
+	p := &coinpulse.Portfolio{Owner: o, Name: "fuzz", CreatedAt: time.Now(), UpdatedAt: time.Now()}
+	if err := shared.store.CreatePortfolio(ctx, p, coinpulse.Unlimited); err != nil {
+		f.Fatal(err)
+	}
+	h, _, err := shared.store.Trade(ctx, o, coinpulse.Trade{PortfolioID: p.ID, CoinID: "bitcoin", CoinSymbol: "btc", CoinName: "Bitcoin", Now: time.Now()},
+		ledger.BuyFunc(ledger.Lot{Quantity: decimal.NewFromInt(1000), Price: decimal.NewFromInt(1), ExecutedAt: time.Now()}))
+	if err != nil {
+		f.Fatal(err)
+	}
+	targets := []string{
+		fmt.Sprintf("/api/v1/portfolio/%d/holdings", p.ID),
+		fmt.Sprintf("/api/v1/holdings/%d/sell", h.ID),
+		"/api/v1/portfolio/transactions",
+	}
+	f.Fuzz(func(t *testing.T, endpoint uint8, body string) {
+		target := targets[int(endpoint)%len(targets)]
+		body = strings.ReplaceAll(body, `"portfolio_id":1`, fmt.Sprintf(`"portfolio_id":%d`, p.ID))
+		req := httptest.NewRequest("POST", target, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, req)
+		switch rec.Code {
+		case 201, 422:
+		default:
+			t.Fatalf("POST %s %s = %d: %s", target, body, rec.Code, rec.Body)
+		}
+		var env struct {
+			Success *bool           `json:"success"`
+			Error   *map[string]any `json:"error"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &env); err != nil || env.Success == nil || *env.Success != (rec.Code == 201) || (rec.Code != 201) != (env.Error != nil) {
+			t.Fatalf("POST %s %s: not an envelope: %s", target, body, rec.Body)
+		}
+		got, err := shared.store.Portfolio(ctx, o, p.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range got.Holdings {
+			if h.Quantity.IsNegative() || h.TotalCost.IsNegative() || h.Quantity.IsZero() != h.TotalCost.IsZero() && h.Quantity.IsZero() {
+				t.Fatalf("after POST %s %s: holding %s quantity %s cost %s", target, body, h.CoinID, h.Quantity, h.TotalCost)
+			}
 		}
 	})
 }

@@ -44,9 +44,11 @@ type Server struct {
 	plans   map[coinpulse.Tier]coinpulse.Plan
 	maxBody int64
 	keys    *keyCache
-	metrics *metrics
-	mux     *http.ServeMux
-	routes  []Route
+	// portfolios keeps encoded portfolios by version and snapshot.
+	portfolios *portfolioCache
+	metrics    *metrics
+	mux        *http.ServeMux
+	routes     []Route
 }
 
 // Access says who may call a route.
@@ -97,6 +99,7 @@ func New(cfg Config) *Server {
 		ttl = 30 * time.Second
 	}
 	s.keys = newKeyCache(cfg.Store, s.clock, ttl)
+	s.portfolios = newPortfolioCache(32 << 20)
 	s.metrics = newMetrics()
 	s.metrics.watch(s)
 	s.routes = s.routeTable()
@@ -132,6 +135,19 @@ func (s *Server) routeTable() []Route {
 		{Method: "GET", Path: "/markets/{id}/history", Access: Read, Handler: s.coinHistory},
 		{Method: "GET", Path: "/coins/{idOrSymbol}", Access: Read, Basic: true, Handler: s.coinDetail},
 		{Method: "GET", Path: "/coins/{idOrSymbol}/history", Access: Read, Handler: s.coinHistory},
+
+		{Method: "GET", Path: "/portfolio", Access: Read, Handler: s.listPortfolios},
+		{Method: "POST", Path: "/portfolio", Access: Write, Handler: s.createPortfolio},
+		{Method: "GET", Path: "/portfolio/{id}", Access: Read, Handler: s.getPortfolio},
+		{Method: "PATCH", Path: "/portfolio/{id}", Access: Write, Handler: s.patchPortfolio},
+		{Method: "DELETE", Path: "/portfolio/{id}", Access: Write, Handler: s.deletePortfolio},
+		{Method: "POST", Path: "/portfolio/{id}/holdings", Access: Write, Handler: s.addHolding},
+		{Method: "GET", Path: "/portfolio/{id}/transactions", Access: Read, Handler: s.listTransactions},
+		{Method: "POST", Path: "/portfolio/{id}/sync", Access: Write, Handler: s.syncPortfolio},
+		{Method: "GET", Path: "/portfolio/{id}/history", Access: Read, Handler: s.portfolioHistory},
+		{Method: "POST", Path: "/portfolio/transactions", Access: Write, Handler: s.postTransaction},
+		{Method: "POST", Path: "/holdings/{id}/sell", Access: Write, Handler: s.sellHolding},
+		{Method: "DELETE", Path: "/holdings/{id}", Access: Write, Handler: s.deleteHolding},
 	}
 }
 
@@ -313,7 +329,16 @@ func (s *Server) admit(e *exchange, r *http.Request, rt Route) error {
 		return err
 	}
 	e.principal = p
-	return s.authorize(p, r, rt)
+	if err := s.authorize(p, r, rt); err != nil {
+		return err
+	}
+	if rt.Method != http.MethodGet {
+		// No route that changes anything takes query parameters.
+		if _, err := parseQuery(r.URL.RawQuery); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // routeLabel renders a route for messages: "GET /api/v1/markets/top-movers".

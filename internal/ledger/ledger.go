@@ -9,7 +9,7 @@
 // minus that share; selling everything takes the whole cost, so a holding
 // sold to zero is left with exactly zero quantity and zero cost. Products
 // are exact; the one division (the cost share of a partial sell) is rounded
-// half-even to CostScale decimal places.
+// half away from zero (shopspring's DivRound) to CostScale decimal places.
 package ledger
 
 import (

@@ -217,6 +217,10 @@ func (s *Snapshot) Losers(limit int) []*coinpulse.CoinDetail {
 	return out
 }
 
+// Coin returns the coin with exactly this id, nil when the snapshot has
+// none. The result is shared: read it, never change it.
+func (s *Snapshot) Coin(id string) *coinpulse.CoinDetail { return s.byID[id] }
+
 // Lookup resolves an id (exact, then lower-cased) or else a symbol
 // (case-insensitive, the highest market cap wins). The result is a copy
 // with ResolvedBy and Alternatives filled in; ok is false when nothing

@@ -478,7 +478,7 @@ func testTradeBuy(t *testing.T, s coinpulse.Store) {
 	}
 	wantH := coinpulse.Holding{
 		ID: h1.ID, PortfolioID: p.ID, CoinID: "bitcoin", CoinSymbol: "BIT", CoinName: "Bitcoin",
-		Quantity: d("0.1"), TotalCost: d("10"), CreatedAt: us(t1), UpdatedAt: us(t1),
+		Quantity: d("0.1"), TotalCost: d("10"), Notes: "first", CreatedAt: us(t1), UpdatedAt: us(t1),
 	}
 	if diff := cmp.Diff(wantH, h1); diff != "" {
 		t.Errorf("holding after the first buy mismatch (-want +got):\n%s", diff)

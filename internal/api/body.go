@@ -1,0 +1,211 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/shopspring/decimal"
+
+	"coinpulse"
+	"coinpulse/internal/ledger"
+)
+
+// body is a request's JSON object, read field by field. Every problem is
+// collected, so that one VALIDATION_ERROR names every bad field at once.
+type body struct {
+	fields map[string]json.RawMessage
+	errs   []coinpulse.FieldError
+}
+
+// readBody reads r's body as a JSON object with only the allowed fields.
+// An empty body reads as {}. Over the size limit is PAYLOAD_TOO_LARGE;
+// anything that is not a JSON object, or names an unknown field, is a
+// VALIDATION_ERROR.
+func readBody(r *http.Request, allowed ...string) (*body, error) {
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, coinpulse.Errorf(coinpulse.CodePayloadTooLarge, "The request body is over the limit of %d bytes.", tooLarge.Limit)
+		}
+		return nil, coinpulse.Errorf(coinpulse.CodeValidation, "The request body could not be read.")
+	}
+	b := &body{}
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		b.fields = map[string]json.RawMessage{}
+		return b, nil
+	}
+	if raw[0] != '{' {
+		return nil, coinpulse.Errorf(coinpulse.CodeValidation, "The request body must be a JSON object.")
+	}
+	if err := json.Unmarshal(raw, &b.fields); err != nil {
+		return nil, coinpulse.Errorf(coinpulse.CodeValidation, "The request body is not valid JSON: %s.", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	var unknown []string
+	for name := range b.fields {
+		if !slices.Contains(allowed, name) {
+			unknown = append(unknown, name)
+		}
+	}
+	slices.Sort(unknown)
+	for _, name := range unknown {
+		b.fail(truncate(name, 50), "unknown field; this endpoint takes "+strings.Join(allowed, ", "))
+	}
+	return b, nil
+}
+
+func (b *body) fail(field, message string) {
+	b.errs = append(b.errs, coinpulse.FieldError{Field: field, Message: message})
+}
+
+// err returns the collected problems as one VALIDATION_ERROR, or nil.
+func (b *body) err() error {
+	if len(b.errs) == 0 {
+		return nil
+	}
+	e := &coinpulse.Error{Code: coinpulse.CodeValidation, Details: b.errs}
+	if len(b.errs) == 1 {
+		e.Message = "invalid " + b.errs[0].Field + ": " + b.errs[0].Message
+	} else {
+		names := make([]string, len(b.errs))
+		for i, fe := range b.errs {
+			names[i] = fe.Field
+		}
+		e.Message = "invalid fields: " + strings.Join(names, ", ") + "; see details"
+	}
+	return e
+}
+
+// raw returns a field's JSON, false when it is absent or null.
+func (b *body) raw(name string, required bool) (json.RawMessage, bool) {
+	v, ok := b.fields[name]
+	if !ok || string(v) == "null" {
+		if required {
+			b.fail(name, "is required")
+		}
+		return nil, false
+	}
+	return v, true
+}
+
+// text reads a string field, trimmed of surrounding spaces, of min to max
+// characters. ok is false when the field is absent or invalid.
+func (b *body) text(name string, required bool, min, max int) (s string, ok bool) {
+	v, present := b.raw(name, required)
+	if !present {
+		return "", false
+	}
+	if err := json.Unmarshal(v, &s); err != nil {
+		b.fail(name, "must be a string")
+		return "", false
+	}
+	s = strings.TrimSpace(s)
+	n := utf8.RuneCountInString(s)
+	if n < min || n > max {
+		if min > 0 {
+			b.fail(name, "must be "+strconv.Itoa(min)+" to "+strconv.Itoa(max)+" characters")
+		} else {
+			b.fail(name, "must be at most "+strconv.Itoa(max)+" characters")
+		}
+		return "", false
+	}
+	if strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 && r != '\n' && r != '\t' || r == 0x7f }) {
+		b.fail(name, "must not contain control characters")
+		return "", false
+	}
+	return s, true
+}
+
+// amount reads a decimal amount given as a JSON number or a string holding
+// one, within the ledger's bounds; positive demands > 0, else >= 0.
+func (b *body) amount(name string, positive bool) (decimal.Decimal, bool) {
+	v, present := b.raw(name, true)
+	if !present {
+		return decimal.Decimal{}, false
+	}
+	s := string(v)
+	if v[0] == '"' {
+		if err := json.Unmarshal(v, &s); err != nil {
+			b.fail(name, "must be a number")
+			return decimal.Decimal{}, false
+		}
+	}
+	d, err := ledger.Parse(s)
+	if err != nil {
+		b.fail(name, err.Error())
+		return decimal.Decimal{}, false
+	}
+	if positive && !d.IsPositive() {
+		b.fail(name, "must be greater than 0")
+		return decimal.Decimal{}, false
+	}
+	return d, true
+}
+
+// id reads a positive integer id field.
+func (b *body) id(name string) (int64, bool) {
+	v, present := b.raw(name, true)
+	if !present {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil || n <= 0 {
+		b.fail(name, "must be a positive integer id")
+		return 0, false
+	}
+	return n, true
+}
+
+// enum reads a string field that must be one of allowed.
+func (b *body) enum(name string, allowed ...string) (string, bool) {
+	v, present := b.raw(name, true)
+	if !present {
+		return "", false
+	}
+	var s string
+	if json.Unmarshal(v, &s) != nil || !slices.Contains(allowed, s) {
+		b.fail(name, "must be one of "+strings.Join(allowed, ", "))
+		return "", false
+	}
+	return s, true
+}
+
+// Bounds of executed_at: not before Bitcoin's first block, not more than
+// a few minutes ahead of the server's clock.
+var (
+	earliestTrade = time.Date(2009, 1, 3, 0, 0, 0, 0, time.UTC)
+	clockSkew     = 5 * time.Minute
+)
+
+// executedAt reads the optional executed_at timestamp (RFC 3339), now when
+// absent.
+func (b *body) executedAt(now time.Time) time.Time {
+	v, present := b.raw("executed_at", false)
+	if !present {
+		return now
+	}
+	var s string
+	if json.Unmarshal(v, &s) != nil {
+		b.fail("executed_at", "must be an RFC 3339 timestamp such as 2026-01-02T15:04:05Z")
+		return now
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		b.fail("executed_at", "must be an RFC 3339 timestamp such as 2026-01-02T15:04:05Z")
+		return now
+	}
+	if t.Before(earliestTrade) || t.After(now.Add(clockSkew)) {
+		b.fail("executed_at", "must be between 2009-01-03T00:00:00Z and now")
+		return now
+	}
+	return t.UTC()
+}

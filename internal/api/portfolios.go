@@ -1,0 +1,446 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"coinpulse"
+	"coinpulse/internal/ledger"
+	"coinpulse/internal/market"
+)
+
+// Bounds of portfolio fields.
+const (
+	maxNameLen  = 100
+	maxDescLen  = 1000
+	maxNotesLen = 1000
+)
+
+// owner is whose rows a request acts on: the key's account, in the key's
+// mode.
+func owner(w http.ResponseWriter) coinpulse.Owner {
+	p := exchangeOf(w).principal
+	return coinpulse.Owner{UserID: p.user.ID, Mode: p.key.Mode}
+}
+
+// pathID reads the positive integer path value name; anything else is
+// the not-found answer what would give.
+func pathID(r *http.Request, name string, notFound func(string) error) (int64, error) {
+	s := r.PathValue(name)
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 || strconv.FormatInt(n, 10) != s {
+		return 0, notFound(s)
+	}
+	return n, nil
+}
+
+func portfolioNotFound(s string) error {
+	return coinpulse.Errorf(coinpulse.CodeNotFound, "No portfolio %q.", truncate(s, 50))
+}
+
+func holdingNotFound(s string) error {
+	return coinpulse.Errorf(coinpulse.CodeNotFound, "No holding %q.", truncate(s, 50))
+}
+
+// pricedMeta is the meta of a response priced at snap (nil: before the
+// first market refresh, when prices are null).
+func (s *Server) pricedMeta(w http.ResponseWriter, snap *market.Snapshot) Meta {
+	if snap == nil {
+		return s.newMeta(w)
+	}
+	m := s.marketMeta(w, snap)
+	m.Snapshot = ""
+	return m
+}
+
+// GET /portfolio
+func (s *Server) listPortfolios(w http.ResponseWriter, r *http.Request) error {
+	if _, err := parseQuery(r.URL.RawQuery); err != nil {
+		return err
+	}
+	ps, err := s.store.Portfolios(r.Context(), owner(w))
+	if err != nil {
+		return err
+	}
+	snap := s.market.Current()
+	out := make([]portfolioView, len(ps))
+	for i := range ps {
+		out[i] = viewPortfolio(&ps[i], snap)
+	}
+	m := s.pricedMeta(w, snap)
+	n := len(out)
+	m.Total = &n
+	return writeData(w, http.StatusOK, out, &m)
+}
+
+// GET /portfolio/{id}
+func (s *Server) getPortfolio(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r, "id", portfolioNotFound)
+	if err != nil {
+		return err
+	}
+	if _, err := parseQuery(r.URL.RawQuery); err != nil {
+		return err
+	}
+	o := owner(w)
+	snap := s.market.Current()
+	snapID := ""
+	if snap != nil {
+		snapID = snap.ID
+	}
+	m := s.pricedMeta(w, snap)
+	version, err := s.store.PortfolioVersion(r.Context(), o, id)
+	if err != nil {
+		return err
+	}
+	p, body := s.portfolios.get(id, version, snapID)
+	if body != nil {
+		return writeRaw(w, http.StatusOK, body, &m)
+	}
+	if p == nil { // changed since it was kept, or never kept
+		if p, err = s.store.Portfolio(r.Context(), o, id); err != nil {
+			return err
+		}
+	}
+	v := viewPortfolio(p, snap)
+	body = v.appendJSON(nil)
+	s.portfolios.put(p, snapID, body)
+	return writeRaw(w, http.StatusOK, body, &m)
+}
+
+func (s *Server) writePortfolio(w http.ResponseWriter, status int, p *coinpulse.Portfolio) error {
+	snap := s.market.Current()
+	m := s.pricedMeta(w, snap)
+	v := viewPortfolio(p, snap)
+	return writeRaw(w, status, v.appendJSON(nil), &m)
+}
+
+// POST /portfolio
+func (s *Server) createPortfolio(w http.ResponseWriter, r *http.Request) error {
+	b, err := readBody(r, "name", "description")
+	if err != nil {
+		return err
+	}
+	name, _ := b.text("name", true, 1, maxNameLen)
+	desc, _ := b.text("description", false, 0, maxDescLen)
+	if err := b.err(); err != nil {
+		return err
+	}
+	p := exchangeOf(w).principal
+	max := s.plans[p.user.Tier].MaxPortfolios
+	now := s.clock().UTC()
+	port := &coinpulse.Portfolio{Owner: owner(w), Name: name, Description: desc, CreatedAt: now, UpdatedAt: now}
+	if err := s.store.CreatePortfolio(r.Context(), port, max); err != nil {
+		if coinpulse.ErrorCode(err) == coinpulse.CodePortfolioLimitReached {
+			return coinpulse.Errorf(coinpulse.CodePortfolioLimitReached,
+				"The %s plan allows %d portfolios per mode and you have %d; delete one or upgrade at /user/api.", p.user.Tier, max, max)
+		}
+		return err
+	}
+	return s.writePortfolio(w, http.StatusCreated, port)
+}
+
+// PATCH /portfolio/{id}
+func (s *Server) patchPortfolio(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r, "id", portfolioNotFound)
+	if err != nil {
+		return err
+	}
+	b, err := readBody(r, "name", "description")
+	if err != nil {
+		return err
+	}
+	var patch coinpulse.PortfolioPatch
+	if string(b.fields["name"]) == "null" {
+		b.fail("name", "cannot be cleared: give 1 to 100 characters, or leave name out")
+	}
+	if name, ok := b.text("name", false, 1, maxNameLen); ok {
+		patch.Name = &name
+	}
+	if _, present := b.fields["description"]; present {
+		desc, ok := b.text("description", false, 0, maxDescLen)
+		if ok || string(b.fields["description"]) == "null" {
+			patch.Description = &desc
+		}
+	}
+	if len(b.fields) == 0 {
+		b.fail("name", "give name and/or description to change")
+	}
+	if err := b.err(); err != nil {
+		return err
+	}
+	p, err := s.store.UpdatePortfolio(r.Context(), owner(w), id, patch, s.clock().UTC())
+	if err != nil {
+		return err
+	}
+	return s.writePortfolio(w, http.StatusOK, p)
+}
+
+// deleted is the data of a successful DELETE.
+type deleted struct {
+	ID      int64 `json:"id"`
+	Deleted bool  `json:"deleted"`
+}
+
+// DELETE /portfolio/{id}
+func (s *Server) deletePortfolio(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r, "id", portfolioNotFound)
+	if err != nil {
+		return err
+	}
+	if err := s.store.DeletePortfolio(r.Context(), owner(w), id); err != nil {
+		return err
+	}
+	m := s.newMeta(w)
+	return writeData(w, http.StatusOK, deleted{id, true}, &m)
+}
+
+// resolveCoin finds the coin a trade names: an exact id, or a symbol no
+// other coin shares. Unknown or ambiguous is a VALIDATION_ERROR on field.
+func (s *Server) resolveCoin(b *body, field string) (*coinpulse.CoinDetail, *market.Snapshot) {
+	name, ok := b.text(field, true, 1, 100)
+	if !ok {
+		return nil, nil
+	}
+	snap := s.market.Current()
+	if snap == nil {
+		b.fail(field, "market data is still loading; try again in a few seconds")
+		return nil, nil
+	}
+	if c := snap.Coin(name); c != nil {
+		return c, snap
+	}
+	d, ok := snap.Lookup(name)
+	switch {
+	case !ok:
+		b.fail(field, "unknown coin; use an id from /api/v1/markets or /api/v1/markets/search")
+		return nil, nil
+	case len(d.Alternatives) > 0 && d.ResolvedBy == "symbol":
+		ids := []string{d.ID}
+		for _, a := range d.Alternatives {
+			ids = append(ids, a.ID)
+		}
+		b.fail(field, "the symbol "+strings.ToLower(name)+" is shared by "+strings.Join(ids, ", ")+"; give the coin's id")
+		return nil, nil
+	}
+	return snap.Coin(d.ID), snap
+}
+
+// lot reads quantity, the price under priceField, notes and executed_at.
+func (s *Server) lot(b *body, priceField string) ledger.Lot {
+	q, _ := b.amount("quantity", true)
+	p, _ := b.amount(priceField, false)
+	notes, _ := b.text("notes", false, 0, maxNotesLen)
+	return ledger.Lot{Quantity: q, Price: p, Notes: notes, ExecutedAt: b.executedAt(s.clock().UTC())}
+}
+
+// POST /portfolio/{id}/holdings
+func (s *Server) addHolding(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r, "id", portfolioNotFound)
+	if err != nil {
+		return err
+	}
+	b, err := readBody(r, "coin_id", "quantity", "buy_price", "notes", "executed_at")
+	if err != nil {
+		return err
+	}
+	coin, snap := s.resolveCoin(b, "coin_id")
+	lot := s.lot(b, "buy_price")
+	if err := b.err(); err != nil {
+		return err
+	}
+	h, _, err := s.store.Trade(r.Context(), owner(w), coinTrade(id, coin, s.clock()), ledger.BuyFunc(lot))
+	if err != nil {
+		return err
+	}
+	m := s.pricedMeta(w, snap)
+	return writeData(w, http.StatusCreated, viewHolding(&h, snap), &m)
+}
+
+func coinTrade(portfolioID int64, c *coinpulse.CoinDetail, now time.Time) coinpulse.Trade {
+	return coinpulse.Trade{PortfolioID: portfolioID, CoinID: c.ID, CoinSymbol: c.Symbol, CoinName: c.Name, Now: now.UTC()}
+}
+
+// tradeView is the data of a sell or a posted transaction: the
+// transaction and the holding after it.
+type tradeView struct {
+	Transaction transactionView `json:"transaction"`
+	Holding     holdingView     `json:"holding"`
+}
+
+// POST /holdings/{id}/sell
+func (s *Server) sellHolding(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r, "id", holdingNotFound)
+	if err != nil {
+		return err
+	}
+	b, err := readBody(r, "quantity", "sell_price", "notes", "executed_at")
+	if err != nil {
+		return err
+	}
+	lot := s.lot(b, "sell_price")
+	if err := b.err(); err != nil {
+		return err
+	}
+	h, tx, err := s.store.Trade(r.Context(), owner(w), coinpulse.Trade{HoldingID: id, Now: s.clock().UTC()}, ledger.SellFunc(lot))
+	if err != nil {
+		return err
+	}
+	snap := s.market.Current()
+	m := s.pricedMeta(w, snap)
+	return writeData(w, http.StatusCreated, tradeView{viewTransaction(&tx), viewHolding(&h, snap)}, &m)
+}
+
+// POST /portfolio/transactions
+func (s *Server) postTransaction(w http.ResponseWriter, r *http.Request) error {
+	b, err := readBody(r, "portfolio_id", "coin_id", "type", "quantity", "price", "notes", "executed_at")
+	if err != nil {
+		return err
+	}
+	pid, _ := b.id("portfolio_id")
+	coin, snap := s.resolveCoin(b, "coin_id")
+	typ, _ := b.enum("type", string(coinpulse.Buy), string(coinpulse.Sell))
+	lot := s.lot(b, "price")
+	if err := b.err(); err != nil {
+		return err
+	}
+	apply := ledger.BuyFunc(lot)
+	if coinpulse.TxType(typ) == coinpulse.Sell {
+		apply = ledger.SellFunc(lot)
+	}
+	h, tx, err := s.store.Trade(r.Context(), owner(w), coinTrade(pid, coin, s.clock()), apply)
+	if err != nil {
+		return err
+	}
+	m := s.pricedMeta(w, snap)
+	return writeData(w, http.StatusCreated, tradeView{viewTransaction(&tx), viewHolding(&h, snap)}, &m)
+}
+
+// DELETE /holdings/{id}
+func (s *Server) deleteHolding(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r, "id", holdingNotFound)
+	if err != nil {
+		return err
+	}
+	if err := s.store.DeleteHolding(r.Context(), owner(w), id); err != nil {
+		return err
+	}
+	m := s.newMeta(w)
+	return writeData(w, http.StatusOK, deleted{id, true}, &m)
+}
+
+// GET /portfolio/{id}/transactions
+func (s *Server) listTransactions(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r, "id", portfolioNotFound)
+	if err != nil {
+		return err
+	}
+	q, err := parseQuery(r.URL.RawQuery, "page", "per_page")
+	if err != nil {
+		return err
+	}
+	page, err := q.int("page", 1, 1, 1_000_000)
+	if err != nil {
+		return err
+	}
+	perPage, err := q.int("per_page", 50, 1, 250)
+	if err != nil {
+		return err
+	}
+	txs, total, err := s.store.Transactions(r.Context(), owner(w), id, (page-1)*perPage, perPage)
+	if err != nil {
+		return err
+	}
+	out := make([]transactionView, len(txs))
+	for i := range txs {
+		out[i] = viewTransaction(&txs[i])
+	}
+	totalPages := (total + perPage - 1) / perPage
+	m := s.newMeta(w)
+	m.CurrentPage, m.TotalPages, m.TotalResults = &page, &totalPages, &total
+	m.Page, m.PerPage, m.Total = &page, &perPage, &total
+	return writeData(w, http.StatusOK, out, &m)
+}
+
+// POST /portfolio/{id}/sync
+func (s *Server) syncPortfolio(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r, "id", portfolioNotFound)
+	if err != nil {
+		return err
+	}
+	b, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	if err := b.err(); err != nil {
+		return err
+	}
+	snap, err := s.currentSnapshot(w, "")
+	if err != nil {
+		return err
+	}
+	o := owner(w)
+	p, err := s.store.Portfolio(r.Context(), o, id)
+	if err != nil {
+		return err
+	}
+	v := viewPortfolio(p, snap)
+	now := s.clock().UTC().Truncate(time.Microsecond)
+	point := coinpulse.ValuePoint{At: now, TotalValue: decimal.Decimal(v.TotalValue), TotalCost: decimal.Decimal(v.TotalCost)}
+	if err := s.store.RecordValue(r.Context(), o, id, point); err != nil {
+		return err
+	}
+	v.SyncedAt = &now
+	m := s.pricedMeta(w, snap)
+	return writeData(w, http.StatusOK, v, &m)
+}
+
+// valuePointView is one point of GET /portfolio/{id}/history.
+type valuePointView struct {
+	Timestamp  time.Time `json:"timestamp"`
+	TotalValue num       `json:"total_value"`
+	TotalCost  num       `json:"total_cost"`
+	ProfitLoss num       `json:"profit_loss"`
+}
+
+type valueHistoryView struct {
+	ID     int64            `json:"id"`
+	Days   any              `json:"days"` // a number, or "max
+	Points []valuePointView `json:"points"`
+}
+
+// GET /portfolio/{id}/history
+func (s *Server) portfolioHistory(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r, "id", portfolioNotFound)
+	if err != nil {
+		return err
+	}
+	q, err := parseQuery(r.URL.RawQuery, "days")
+	if err != nil {
+		return err
+	}
+	days, err := q.enum("days", "30", "1", "7", "30", "90", "365", "max")
+	if err != nil {
+		return err
+	}
+	var from time.Time
+	var daysOut any = days
+	if days != "max" {
+		n, _ := strconv.Atoi(days)
+		from, daysOut = s.clock().UTC().AddDate(0, 0, -n), n
+	}
+	pts, err := s.store.ValueHistory(r.Context(), owner(w), id, from)
+	if err != nil {
+		return err
+	}
+	out := valueHistoryView{ID: id, Days: daysOut, Points: make([]valuePointView, len(pts))}
+	for i, p := range pts {
+		out.Points[i] = valuePointView{p.At.UTC(), num(p.TotalValue), num(p.TotalCost), num(p.TotalValue.Sub(p.TotalCost))}
+	}
+	m := s.newMeta(w)
+	return writeData(w, http.StatusOK, out, &m)
+}

@@ -1,0 +1,366 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/shopspring/decimal"
+
+	"coinpulse"
+)
+
+// send sends a request with a JSON body through the server's handler.
+func send(t *testing.T, srv *Server, method, target, key, body string) *response {
+	t.Helper()
+	req := httptest.NewRequest(method, target, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	return serve(t, srv, req)
+}
+
+// want checks a success response's status and unmarshals its data, with
+// numbers as json.Number so that their digits are compared exactly.
+func want[T any](t *testing.T, res *response, status int) T {
+	t.Helper()
+	if res.Status != status {
+		t.Fatalf("status %d, want %d: %s", res.Status, status, res.Raw)
+	}
+	var v T
+	dec := json.NewDecoder(strings.NewReader(string(res.Data)))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		t.Fatalf("data: %v\n%s", err, res.Data)
+	}
+	return v
+}
+
+type jsonHolding struct {
+	ID                   int64        `json:"id"`
+	PortfolioID          int64        `json:"portfolio_id"`
+	CoinID               string       `json:"coin_id"`
+	CoinSymbol           string       `json:"coin_symbol"`
+	CoinName             string       `json:"coin_name"`
+	Quantity             json.Number  `json:"quantity"`
+	AverageBuyPrice      *json.Number `json:"average_buy_price"`
+	TotalCost            json.Number  `json:"total_cost"`
+	CurrentPrice         *json.Number `json:"current_price"`
+	CurrentValue         *json.Number `json:"current_value"`
+	ProfitLoss           *json.Number `json:"profit_loss"`
+	ProfitLossPercentage *json.Number `json:"profit_loss_percentage"`
+	Notes                string       `json:"notes"`
+}
+
+type jsonPortfolio struct {
+	ID                   int64         `json:"id"`
+	Name                 string        `json:"name"`
+	Description          string        `json:"description"`
+	TotalValue           json.Number   `json:"total_value"`
+	TotalCost            json.Number   `json:"total_cost"`
+	ProfitLoss           json.Number   `json:"profit_loss"`
+	ProfitLossPercentage json.Number   `json:"profit_loss_percentage"`
+	RealizedProfitLoss   json.Number   `json:"realized_profit_loss"`
+	HoldingsCount        int           `json:"holdings_count"`
+	SyncedAt             *string       `json:"synced_at"`
+	Holdings             []jsonHolding `json:"holdings"`
+}
+
+type jsonTransaction struct {
+	ID                 int64        `json:"id"`
+	HoldingID          int64        `json:"holding_id"`
+	CoinID             string       `json:"coin_id"`
+	Type               string       `json:"type"`
+	Quantity           json.Number  `json:"quantity"`
+	Price              json.Number  `json:"price"`
+	Total              json.Number  `json:"total"`
+	RealizedProfitLoss *json.Number `json:"realized_profit_loss"`
+	ExecutedAt         string       `json:"executed_at"`
+}
+
+type jsonTrade struct {
+	Transaction jsonTransaction `json:"transaction"`
+	Holding     jsonHolding     `json:"holding"`
+}
+
+func numIs(t *testing.T, what string, got *json.Number, want string) {
+	t.Helper()
+	switch {
+	case want == "null" && got != nil:
+		t.Errorf("%s = %s, want null", what, *got)
+	case want != "null" && got == nil:
+		t.Errorf("%s = null, want %s", what, want)
+	case got != nil && string(*got) != want:
+		t.Errorf("%s = %s, want exactly %s", what, *got, want)
+	}
+}
+
+func newPortfolio(t *testing.T, srv *Server, key, name string) jsonPortfolio {
+	t.Helper()
+	return want[jsonPortfolio](t, send(t, srv, "POST", "/api/v1/portfolio", key, `{"name":"`+name+`"}`), http.StatusCreated)
+}
+
+// The issue's hand calculation: buy 0.1 and 0.2 at 100, sell 0.1 at 150
+// (realised +5), sell the remaining 0.2 at 50 (realised -10).
+func TestPortfolioLifecycle(t *testing.T) {
+	t.Parallel()
+	srv := testServer(t)
+	key := proKey(t)
+
+	p := newPortfolio(t, srv, key, "Long term")
+	if p.Name != "Long term" || p.HoldingsCount != 0 || p.Holdings == nil || string(p.TotalValue) != "0" || p.SyncedAt != nil {
+		t.Fatalf("new portfolio = %+v", p)
+	}
+	base := fmt.Sprintf("/api/v1/portfolio/%d", p.ID)
+
+	h := want[jsonHolding](t, send(t, srv, "POST", base+"/holdings", key, `{"coin_id":"bitcoin","quantity":0.1,"buy_price":100,"notes":"first"}`), http.StatusCreated)
+	h2 := want[jsonHolding](t, send(t, srv, "POST", base+"/holdings", key, `{"coin_id":"bitcoin","quantity":"0.2","buy_price":"100"}`), http.StatusCreated)
+	if h2.ID != h.ID || string(h2.Quantity) != "0.3" || string(h2.TotalCost) != "30" || h2.CoinSymbol != "btc" || h2.CoinName != "Bitcoin" {
+		t.Fatalf("after two buys: %+v, want holding %d with quantity 0.3, cost 30", h2, h.ID)
+	}
+	numIs(t, "average_buy_price", h2.AverageBuyPrice, "100")
+	if h2.Notes != "first" {
+		t.Errorf("holding notes %q, want the first buy's", h2.Notes)
+	}
+	if h2.CurrentPrice == nil || h2.CurrentValue == nil || h2.ProfitLoss == nil {
+		t.Fatalf("holding not priced: %+v", h2)
+	}
+
+	sell := want[jsonTrade](t, send(t, srv, "POST", fmt.Sprintf("/api/v1/holdings/%d/sell", h.ID), key, `{"quantity":0.1,"sell_price":150}`), http.StatusCreated)
+	if sell.Transaction.Type != "sell" || string(sell.Transaction.Total) != "15" || string(sell.Holding.Quantity) != "0.2" || string(sell.Holding.TotalCost) != "20" {
+		t.Fatalf("first sell = %+v", sell)
+	}
+	numIs(t, "realized_profit_loss of the first sell", sell.Transaction.RealizedProfitLoss, "5")
+
+	sell = want[jsonTrade](t, send(t, srv, "POST", "/v1/portfolio/transactions", key,
+		fmt.Sprintf(`{"portfolio_id":%d,"coin_id":"bitcoin","type":"sell","quantity":0.2,"price":50,"executed_at":"2026-01-02T03:04:05Z"}`, p.ID)), http.StatusCreated)
+	numIs(t, "realized_profit_loss of the second sell", sell.Transaction.RealizedProfitLoss, "-10")
+	if string(sell.Holding.Quantity) != "0" || string(sell.Holding.TotalCost) != "0" || sell.Transaction.ExecutedAt != "2026-01-02T03:04:05Z" {
+		t.Fatalf("sold out = %+v", sell)
+	}
+	numIs(t, "average_buy_price of an empty holding", sell.Holding.AverageBuyPrice, "null")
+
+	got := want[jsonPortfolio](t, do(t, srv, "GET", base, key), http.StatusOK)
+	if string(got.RealizedProfitLoss) != "-5" || got.HoldingsCount != 1 || string(got.Holdings[0].Quantity) != "0" || string(got.TotalCost) != "0" {
+		t.Fatalf("portfolio after selling out = %+v", got)
+	}
+
+	// Newest first: the backdated sell sorts last.
+	txs := want[[]jsonTransaction](t, do(t, srv, "GET", base+"/transactions?per_page=2", key), http.StatusOK)
+	res := do(t, srv, "GET", base+"/transactions?per_page=2&page=2", key)
+	txs = append(txs, want[[]jsonTransaction](t, res, http.StatusOK)...)
+	var types []string
+	for _, tx := range txs {
+		types = append(types, tx.Type)
+	}
+	if strings.Join(types, ",") != "sell,buy,buy,sell" || res.Meta["total"] != 4.0 || res.Meta["total_pages"] != 2.0 {
+		t.Errorf("transactions newest first = %v (meta %v), want sell,buy,buy,sell of 4", types, res.Meta)
+	}
+
+	synced := want[jsonPortfolio](t, send(t, srv, "POST", base+"/sync", key, ""), http.StatusOK)
+	if synced.SyncedAt == nil {
+		t.Errorf("sync returned no synced_at")
+	}
+	hist := want[struct {
+		Points []map[string]any `json:"points"`
+	}](t, do(t, srv, "GET", base+"/history?days=1", key), http.StatusOK)
+	if len(hist.Points) != 1 {
+		t.Errorf("history after one sync = %v, want one point", hist.Points)
+	}
+
+	patched := want[jsonPortfolio](t, send(t, srv, "PATCH", base, key, `{"name":"Renamed","description":"d"}`), http.StatusOK)
+	if patched.Name != "Renamed" || patched.Description != "d" {
+		t.Errorf("patched = %+v", patched)
+	}
+
+	want[map[string]any](t, do(t, srv, "DELETE", fmt.Sprintf("/api/v1/holdings/%d", h.ID), key), http.StatusOK)
+	got = want[jsonPortfolio](t, do(t, srv, "GET", base, key), http.StatusOK)
+	if got.HoldingsCount != 0 || string(got.RealizedProfitLoss) != "-5" {
+		t.Errorf("after deleting the holding: %+v, want no holdings and realised -5 kept", got)
+	}
+	del := want[map[string]any](t, do(t, srv, "DELETE", base, key), http.StatusOK)
+	if del["deleted"] != true {
+		t.Errorf("delete = %v", del)
+	}
+	wantError(t, do(t, srv, "GET", base, key), http.StatusNotFound, coinpulse.CodeNotFound)
+}
+
+func TestPortfolioValues(t *testing.T) {
+	t.Parallel()
+	srv := testServer(t)
+	key := proKey(t)
+	p := newPortfolio(t, srv, key, "Values")
+	base := fmt.Sprintf("/api/v1/portfolio/%d", p.ID)
+	want[jsonHolding](t, send(t, srv, "POST", base+"/holdings", key, `{"coin_id":"ethereum","quantity":2,"buy_price":1000}`), http.StatusCreated)
+	want[jsonHolding](t, send(t, srv, "POST", base+"/holdings", key, `{"coin_id":"bitcoin","quantity":1,"buy_price":0}`), http.StatusCreated)
+	got := want[jsonPortfolio](t, do(t, srv, "GET", base, key), http.StatusOK)
+	sum, cost := decimal.Zero, decimal.Zero
+	for _, h := range got.Holdings {
+		sum = sum.Add(decimal.RequireFromString(h.CurrentValue.String()))
+		cost = cost.Add(decimal.RequireFromString(h.TotalCost.String()))
+	}
+	tv, pl := decimal.RequireFromString(got.TotalValue.String()), decimal.RequireFromString(got.ProfitLoss.String())
+	if got.HoldingsCount != 2 || cost.String() != "2000" || string(got.TotalCost) != "2000" || !tv.Equal(sum) || !pl.Equal(tv.Sub(cost)) {
+		t.Errorf("portfolio %+v: want total_value the exact sum of values %s and profit_loss total_value - 2000", got, sum)
+	}
+	// A free-of-cost holding has a zero cost and a 0 % P/L, not a division
+	// by zero.
+	for _, h := range got.Holdings {
+		if h.CoinID == "bitcoin" {
+			numIs(t, "P/L % of a free holding", h.ProfitLossPercentage, "0")
+		}
+	}
+}
+
+func TestPortfolioValidation(t *testing.T) {
+	t.Parallel()
+	srv := testServer(t)
+	key := proKey(t)
+	p := newPortfolio(t, srv, key, "V")
+	holdings := fmt.Sprintf("/api/v1/portfolio/%d/holdings", p.ID)
+	h := want[jsonHolding](t, send(t, srv, "POST", holdings, key, `{"coin_id":"bitcoin","quantity":1,"buy_price":10}`), http.StatusCreated)
+	sellURL := fmt.Sprintf("/api/v1/holdings/%d/sell", h.ID)
+
+	long := strings.Repeat("x", 101)
+	tests := []struct {
+		name, method, target, body string
+		field                      string
+	}{
+		{"no body", "POST", "/api/v1/portfolio", ``, "name"},
+		{"empty name", "POST", "/api/v1/portfolio", `{"name":"  "}`, "name"},
+		{"long name", "POST", "/api/v1/portfolio", `{"name":"` + long + `"}`, "name"},
+		{"long description", "POST", "/api/v1/portfolio", `{"name":"a","description":"` + strings.Repeat("d", 1001) + `"}`, "description"},
+		{"name not a string", "POST", "/api/v1/portfolio", `{"name":5}`, "name"},
+		{"unknown field", "POST", "/api/v1/portfolio", `{"name":"a","colour":"red"}`, "colour"},
+		{"empty patch", "PATCH", fmt.Sprintf("/api/v1/portfolio/%d", p.ID), `{}`, "name"},
+		{"zero quantity", "POST", holdings, `{"coin_id":"bitcoin","quantity":0,"buy_price":1}`, "quantity"},
+		{"negative quantity", "POST", holdings, `{"coin_id":"bitcoin","quantity":-1,"buy_price":1}`, "quantity"},
+		{"text quantity", "POST", holdings, `{"coin_id":"bitcoin","quantity":"lots","buy_price":1}`, "quantity"},
+		{"bool quantity", "POST", holdings, `{"coin_id":"bitcoin","quantity":true,"buy_price":1}`, "quantity"},
+		{"huge quantity", "POST", holdings, `{"coin_id":"bitcoin","quantity":1e15,"buy_price":1}`, "quantity"},
+		{"absurd exponent", "POST", holdings, `{"coin_id":"bitcoin","quantity":1e999999999,"buy_price":1}`, "quantity"},
+		{"too precise", "POST", holdings, `{"coin_id":"bitcoin","quantity":0.1234567890123456789,"buy_price":1}`, "quantity"},
+		{"negative price", "POST", holdings, `{"coin_id":"bitcoin","quantity":1,"buy_price":-0.01}`, "buy_price"},
+		{"missing price", "POST", holdings, `{"coin_id":"bitcoin","quantity":1}`, "buy_price"},
+		{"unknown coin", "POST", holdings, `{"coin_id":"no-such-coin","quantity":1,"buy_price":1}`, "coin_id"},
+		{"bad executed_at", "POST", holdings, `{"coin_id":"bitcoin","quantity":1,"buy_price":1,"executed_at":"yesterday"}`, "executed_at"},
+		{"future executed_at", "POST", holdings, `{"coin_id":"bitcoin","quantity":1,"buy_price":1,"executed_at":"2999-01-01T00:00:00Z"}`, "executed_at"},
+		{"oversell", "POST", sellURL, `{"quantity":1.5,"sell_price":10}`, "quantity"},
+		{"sell price missing", "POST", sellURL, `{"quantity":0.5}`, "sell_price"},
+		{"unknown type", "POST", "/api/v1/portfolio/transactions", fmt.Sprintf(`{"portfolio_id":%d,"coin_id":"bitcoin","type":"swap","quantity":1,"price":1}`, p.ID), "type"},
+		{"portfolio_id not an id", "POST", "/api/v1/portfolio/transactions", `{"portfolio_id":"x","coin_id":"bitcoin","type":"buy","quantity":1,"price":1}`, "portfolio_id"},
+		{"sell of a coin not held", "POST", "/api/v1/portfolio/transactions", fmt.Sprintf(`{"portfolio_id":%d,"coin_id":"ethereum","type":"sell","quantity":1,"price":1}`, p.ID), "coin_id"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := send(t, srv, tt.method, tt.target, key, tt.body)
+			wantError(t, res, http.StatusUnprocessableEntity, coinpulse.CodeValidation)
+			found := false
+			for _, d := range res.Error.Details {
+				found = found || d.Field == tt.field
+			}
+			if !found || !strings.Contains(res.Error.Message, tt.field) {
+				t.Errorf("error %q, details %v: want one naming %s", res.Error.Message, res.Error.Details, tt.field)
+			}
+		})
+	}
+	wantError(t, send(t, srv, "PATCH", fmt.Sprintf("/api/v1/portfolio/%d", p.ID), key, `{"name":null}`), http.StatusUnprocessableEntity, coinpulse.CodeValidation)
+	wantError(t, send(t, srv, "POST", fmt.Sprintf("/api/v1/portfolio/%d/sync", p.ID), key, `{"force":true}`), http.StatusUnprocessableEntity, coinpulse.CodeValidation)
+	wantError(t, send(t, srv, "POST", "/api/v1/portfolio?name=x", key, `{"name":"a"}`), http.StatusUnprocessableEntity, coinpulse.CodeValidation)
+	for _, body := range []string{`[1]`, `{"name":`, `"x"`, `{"name":"a"}{}`} {
+		wantError(t, send(t, srv, "POST", "/api/v1/portfolio", key, body), http.StatusUnprocessableEntity, coinpulse.CodeValidation)
+	}
+
+	// Nothing a failed request sent was written.
+	got := want[jsonPortfolio](t, do(t, srv, "GET", fmt.Sprintf("/api/v1/portfolio/%d", p.ID), key), http.StatusOK)
+	if got.HoldingsCount != 1 || string(got.Holdings[0].Quantity) != "1" || string(got.RealizedProfitLoss) != "0" || got.Name != "V" {
+		t.Errorf("after the failures: %+v, want the one holding of 1 untouched", got)
+	}
+	txs := want[[]jsonTransaction](t, do(t, srv, "GET", fmt.Sprintf("/api/v1/portfolio/%d/transactions", p.ID), key), http.StatusOK)
+	if len(txs) != 1 {
+		t.Errorf("transactions after the failures = %d, want 1", len(txs))
+	}
+	for _, target := range []string{"/api/v1/portfolio/abc", "/api/v1/portfolio/0", "/api/v1/portfolio/-1", "/api/v1/portfolio/007", "/api/v1/portfolio/99999999999999999999"} {
+		wantError(t, do(t, srv, "GET", target, key), http.StatusNotFound, coinpulse.CodeNotFound)
+	}
+	wantError(t, do(t, srv, "POST", fmt.Sprintf("/api/v1/portfolio/%d", p.ID), key), http.StatusMethodNotAllowed, coinpulse.CodeMethodNotAllowed)
+}
+
+func TestPortfolioAccess(t *testing.T) {
+	t.Parallel()
+	srv := testServer(t)
+	owner := newUser(t, coinpulse.TierPremium, nil)
+	live, _ := newKey(t, owner, coinpulse.ModeLive, rw, nil)
+	sandbox, _ := newKey(t, owner, coinpulse.ModeTest, rw, nil)
+	readOnly, _ := newKey(t, owner, coinpulse.ModeLive, coinpulse.Permissions{Read: true}, nil)
+	p := newPortfolio(t, srv, live, "Mine")
+	url := fmt.Sprintf("/api/v1/portfolio/%d", p.ID)
+
+	t.Run("free tier", func(t *testing.T) {
+		free, _ := newKey(t, newUser(t, coinpulse.TierFree, nil), coinpulse.ModeLive, rw, nil)
+		wantError(t, do(t, srv, "GET", "/api/v1/portfolio", free), http.StatusForbidden, coinpulse.CodePermissionDenied)
+	})
+	t.Run("read-only key", func(t *testing.T) {
+		want[jsonPortfolio](t, do(t, srv, "GET", url, readOnly), http.StatusOK)
+		wantError(t, send(t, srv, "POST", "/api/v1/portfolio", readOnly, `{"name":"x"}`), http.StatusForbidden, coinpulse.CodePermissionDenied)
+		wantError(t, do(t, srv, "DELETE", url, readOnly), http.StatusForbidden, coinpulse.CodePermissionDenied)
+	})
+	t.Run("another account", func(t *testing.T) {
+		other := proKey(t)
+		wantError(t, do(t, srv, "GET", url, other), http.StatusNotFound, coinpulse.CodeNotFound)
+		wantError(t, do(t, srv, "DELETE", url, other), http.StatusNotFound, coinpulse.CodeNotFound)
+		wantError(t, send(t, srv, "POST", url+"/holdings", other, `{"coin_id":"bitcoin","quantity":1,"buy_price":1}`), http.StatusNotFound, coinpulse.CodeNotFound)
+	})
+	t.Run("sandbox is separate", func(t *testing.T) {
+		wantError(t, do(t, srv, "GET", url, sandbox), http.StatusNotFound, coinpulse.CodeNotFound)
+		if list := want[[]jsonPortfolio](t, do(t, srv, "GET", "/api/v1/portfolio", sandbox), http.StatusOK); len(list) != 0 {
+			t.Errorf("sandbox lists %d portfolios, want 0", len(list))
+		}
+	})
+	t.Run("limit", func(t *testing.T) {
+		// Premium allows 10 per mode: the sandbox has its own 10.
+		for i := 0; i < 10; i++ {
+			newPortfolio(t, srv, sandbox, fmt.Sprint("s", i))
+		}
+		wantError(t, send(t, srv, "POST", "/api/v1/portfolio", sandbox, `{"name":"eleventh"}`), http.StatusForbidden, coinpulse.CodePortfolioLimitReached)
+		newPortfolio(t, srv, live, "second live")
+	})
+}
+
+// Concurrent sells through the API never oversell: of 15 sells of 1 from
+// a holding of 10, exactly 10 succeed.
+func TestPortfolioConcurrentSells(t *testing.T) {
+	t.Parallel()
+	srv := testServer(t)
+	key := proKey(t)
+	p := newPortfolio(t, srv, key, "Race")
+	h := want[jsonHolding](t, send(t, srv, "POST", fmt.Sprintf("/api/v1/portfolio/%d/holdings", p.ID), key, `{"coin_id":"bitcoin","quantity":10,"buy_price":3}`), http.StatusCreated)
+	var wg sync.WaitGroup
+	statuses := make(chan int, 15)
+	for i := 0; i < 15; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := send(t, srv, "POST", fmt.Sprintf("/api/v1/holdings/%d/sell", h.ID), key, `{"quantity":1,"sell_price":4}`)
+			statuses <- res.Status
+		}()
+	}
+	wg.Wait()
+	close(statuses)
+	count := map[int]int{}
+	for s := range statuses {
+		count[s]++
+	}
+	if count[http.StatusCreated] != 10 || count[http.StatusUnprocessableEntity] != 5 {
+		t.Errorf("statuses %v, want 10×201 and 5×422", count)
+	}
+	got := want[jsonPortfolio](t, do(t, srv, "GET", fmt.Sprintf("/api/v1/portfolio/%d", p.ID), key), http.StatusOK)
+	if string(got.Holdings[0].Quantity) != "0" || string(got.RealizedProfitLoss) != "10" {
+		t.Errorf("after the race: quantity %s, realised %s; want 0 and 10", got.Holdings[0].Quantity, got.RealizedProfitLoss)
+	}
+}
