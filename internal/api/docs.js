@@ -250,6 +250,12 @@
     var parts = ["curl"];
     if (o.method !== "get") parts.push("-X " + o.method.toUpperCase());
     if (o.security.length) parts.push("-H \"Authorization: Bearer $COINPULSE_KEY\"");
+    var m = requestMedia(o.op);
+    var body = m ? firstExample(m.media) : undefined;
+    if (body !== undefined) {
+      parts.push("-H \"Content-Type: " + m.type + "\"");
+      parts.push("-d '" + JSON.stringify(body).replace(/'/g, "'\\''") + "'");
+    }
     parts.push(url);
     return parts.join(" ");
   }
@@ -376,6 +382,36 @@
     return box;
   }
 
+  function firstExample(media) {
+    var ex = responseExamples(media || {})[0];
+    return ex ? ex.value : undefined;
+  }
+
+  function requestMedia(op) {
+    var rb = resolve(op.requestBody) || {};
+    var content = rb.content || {};
+    var types = Object.keys(content);
+    return types.length ? { body: rb, type: types[0], types: types, media: content[types[0]] } : null;
+  }
+
+  function renderRequestBody(op) {
+    var m = requestMedia(op);
+    if (!m) return null;
+    var schemaText = typeOf(m.media.schema);
+    var box = el("div", { class: "resp" }, el("p", { class: "muted" }, [
+      el("code", { text: m.types.join(", ") }),
+      schemaText ? " — " + schemaText : null,
+      m.body.required ? el("span", { class: "req", text: "required" }) : null
+    ]));
+    if (m.body.description) append(box, markdown(m.body.description, 5));
+    responseExamples(m.media).forEach(function (ex, idx) {
+      var label = "Example" + (ex.title ? ": " + ex.title : "");
+      if (idx === 0) append(box, [el("p", { class: "muted", text: label }), jsonBlock(ex.value)]);
+      else append(box, el("details", null, [el("summary", { text: label }), jsonBlock(ex.value)]));
+    });
+    return el("div", null, [el("h4", { text: "Request body" }), box]);
+  }
+
   function renderOperation(o) {
     var op = o.op;
     var tier = op["x-coinpulse-tier"];
@@ -399,6 +435,7 @@
       markdown(op.description || "", 5),
       el("h4", { text: "Parameters" }),
       renderParams(o.params),
+      renderRequestBody(op),
       el("h4", { text: "Responses" }),
       renderResponses(op.responses),
       el("h4", { text: "Example request" }),
