@@ -1,0 +1,108 @@
+// Package ratelimit implements coinpulse.Limiter twice: Memory, for a
+// single node, and Redis, for several nodes sharing one Redis server.
+// Both give the same answers to the same calls, and both are exact under
+// concurrency: with K calls left in a window, N concurrent Allows admit
+// exactly min(N, K) (on Redis also across processes and connection pools).
+//
+// # Windows
+//
+// Every account is limited by three windows at once, with the figures of
+// its coinpulse.Limits:
+//
+//   - second and minute are rolling windows kept with GCRA, the generic
+//     cell rate algorithm. For a limit of L calls per window W, the
+//     emission interval is T = W/L and the burst tolerance τ = W − T. The
+//     only state is the TAT, the theoretical arrival time: a call at now is
+//     admitted iff now >= max(TAT, now) − τ, and admitting it sets
+//     TAT = max(TAT, now) + T. So "burst" means this: an idle account may
+//     spend a whole window's allowance at once (L calls in the same
+//     instant), and after that its calls are spaced T apart; the full burst
+//     is back once the account has been idle until TAT. Remaining is
+//     ⌊(W − (TAT − now)) / T⌋, Reset is TAT (or now when TAT has passed),
+//     and a refusal's RetryAfter is (TAT − τ) − now rounded up to a whole
+//     millisecond (at least 1 ms).
+//     T is W/L rounded down to the store's time unit (a nanosecond in
+//     Memory, a microsecond in Redis) and W is taken as L·T, so that a
+//     burst is exactly L calls whatever L; a limit above one call per unit
+//     behaves as one call per unit with a burst of L.
+//   - month is a counter per account and calendar month (UTC, from 00:00
+//     on the 1st): a call is admitted iff count < Monthly; Reset is the
+//     first instant of the next month and a refusal's RetryAfter is
+//     Reset − now. The counter counts every admitted call, also while the
+//     monthly figure does not limit, so that a plan change in the middle of
+//     a month starts from the true count.
+//
+// A figure of 0 or coinpulse.Unlimited (any figure <= 0) does not limit:
+// that window reports Limit and Remaining Unlimited, a zero Reset, and
+// never refuses.
+//
+// # All or nothing
+//
+// A call is counted in every window only if every window admits it; if one
+// refuses, no window changes (a refusal by the minute window does not use
+// up the second window's allowance, and vice versa). Verdict.Exceeded
+// names the refusing window — when several refuse, the one with the
+// longest RetryAfter (the earlier in second, minute, month order on a
+// tie) — and Verdict.RetryAfter is that window's. Peek answers the same
+// Verdict as Allow would without counting: Allowed says whether a call
+// would be admitted now, and Remaining is what is left now.
+//
+// Refund gives one counted call back in every window (the TATs move back
+// one emission interval, the month's count down one, never below zero):
+// the API refunds a call that failed with a 5xx, which does not count.
+//
+// # Seed
+//
+// A month's counter that has no state yet (the first call of the month, or
+// the first since the process or Redis restarted, or since Redis evicted
+// the key) is seeded once from the Seed given to the constructor: the main
+// database's count of the account's calls this month, so that a restart
+// does not hand anyone a fresh quota. A nil Seed means 0. A Seed error is
+// returned by the Allow or Peek that needed it, and nothing is counted.
+// Within one process the calls that need the same seed at the same time
+// share one Seed call; on Redis, nodes that seed the same month at once
+// each call Seed, and the first seed written wins (it is written only
+// while the key is absent, so nothing is counted twice).
+//
+// # Clocks
+//
+// Memory reads the coinpulse.Clock given to NewMemory (tests inject their
+// own) under the account's shard lock. Redis reads the clock of the Redis
+// server, redis.call('TIME') inside the script, so that every node agrees
+// on the time whatever its own clock says; the node's clock is only used
+// to guess which month key to pass, and the script sends the call back
+// with its own time when the guess is wrong.
+//
+// # Memory
+//
+// NewMemory keeps per-account state in 64 shards (by FNV-1a hash of the
+// account), each a map under a mutex. Allow and Peek on an account that
+// has state for the current month take one lock and allocate nothing.
+// Seeding runs outside the lock, one Seed call per account at a time
+// (concurrent calls for the same account wait for it), so a slow Seed
+// stalls nobody else. A month's state is replaced by the next month's when
+// the month turns. State is kept for every account seen (a few dozen bytes
+// each); it is not evicted while the month lasts, because a re-seed could
+// lag behind calls not yet written to the database.
+//
+// # Redis
+//
+// Every Allow and Peek is one Lua script (EVALSHA, falling back to EVAL),
+// which reads the time, checks the three windows and updates them
+// atomically, and returns all the Verdict needs in one reply. The keys,
+// with the account in a hash tag so that a cluster keeps them on one slot
+// ("cp:rl:" is the default prefix, see WithPrefix):
+//
+//	cp:rl:{<account>}:s            second window's TAT, µs since the epoch
+//	cp:rl:{<account>}:m            minute window's TAT, µs since the epoch
+//	cp:rl:{<account>}:mo:<YYYYMM>  the month's call count
+//
+// Tests may pass the script a time of their own instead of TIME (an
+// unexported option). The TAT keys expire at their TAT (an expired TAT and an absent one mean
+// the same: idle); a month key expires a day after its month ends. When
+// the month key is absent the script answers so without changing anything;
+// the Go side then calls Seed and runs the script again with the seed,
+// which the script writes only if the key is still absent, so a seed is
+// never counted twice. The scripts rely on effects replication (the
+// default since Redis 5), since TIME is not deterministic.
+package ratelimit

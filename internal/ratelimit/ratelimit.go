@@ -1,0 +1,148 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"coinpulse"
+)
+
+// Seed returns the number of calls account has made since monthStart (the
+// first instant of a calendar month, UTC), as the main database counts
+// them. The limiters call it once per account and month, when they have no
+// state for that month yet.
+type Seed func(ctx context.Context, account string, monthStart time.Time) (int64, error)
+
+var (
+	_ coinpulse.Limiter = (*Memory)(nil)
+	_ coinpulse.Limiter = (*Redis)(nil)
+)
+
+// errSeedPanicked stands for the result of a Seed call that panicked, so
+// that nothing is installed from it.
+var errSeedPanicked = errors.New("ratelimit: Seed panicked")
+
+// The rolling windows, in nanoseconds.
+const (
+	secondNS = int64(time.Second)
+	minuteNS = int64(time.Minute)
+	msNS     = int64(time.Millisecond)
+)
+
+// rate is one rolling window's GCRA parameters, in nanoseconds. limit 0
+// means the window does not limit.
+type rate struct {
+	limit int64 // L
+	t     int64 // emission interval T
+	tau   int64 // burst tolerance τ = (L−1)·T
+}
+
+// newRate returns the parameters for limit calls per window, with T rounded
+// down to a multiple of unit (and at least one unit). The window is taken
+// as L·T rather than W, so that a burst is exactly L calls.
+func newRate(limit, window, unit int64) rate {
+	if limit <= 0 {
+		return rate{}
+	}
+	t := window / unit / limit
+	if t < 1 {
+		t = 1
+	}
+	t *= unit
+	return rate{limit: limit, t: t, tau: (limit - 1) * t}
+}
+
+// check returns max(tat, now) and whether a call at now is admitted.
+func (r rate) check(tat, now int64) (int64, bool) {
+	if r.limit == 0 {
+		return now, true
+	}
+	if tat < now {
+		tat = now
+	}
+	return tat, tat-now <= r.tau
+}
+
+// state describes the window whose TAT is tat (>= now).
+func (r rate) state(w coinpulse.Window, tat, now int64) coinpulse.WindowState {
+	if r.limit == 0 {
+		return unlimited(w)
+	}
+	if tat < now {
+		tat = now
+	}
+	rem := (r.limit*r.t - (tat - now)) / r.t
+	rem = max(0, min(rem, r.limit))
+	return coinpulse.WindowState{Window: w, Limit: r.limit, Remaining: rem, Reset: time.Unix(0, tat).UTC()}
+}
+
+// retryAfter is how long until a call refused at now with TAT tat would be
+// admitted, rounded up to a whole millisecond and at least one.
+func (r rate) retryAfter(tat, now int64) time.Duration {
+	d := tat - r.tau - now
+	d = (d + msNS - 1) / msNS * msNS
+	return time.Duration(max(d, msNS))
+}
+
+func unlimited(w coinpulse.Window) coinpulse.WindowState {
+	return coinpulse.WindowState{Window: w, Limit: coinpulse.Unlimited, Remaining: coinpulse.Unlimited}
+}
+
+// result is what a check found, the same for both stores; times are in
+// nanoseconds since the epoch.
+type result struct {
+	now      int64
+	sec, min rate
+	// secTAT and minTAT are the windows' TATs after the check (>= now).
+	secTAT, minTAT int64
+	monthly        int64 // <= 0: does not limit
+	count          int64 // the month's count after the check
+	monthEnd       int64 // first instant of the next month
+	secOK, minOK   bool  // whether each window admits the call
+	monthOK        bool
+	allowed        bool
+}
+
+// verdict builds the Verdict of r.
+func (r *result) verdict() coinpulse.Verdict {
+	v := coinpulse.Verdict{Allowed: r.allowed}
+	v.Windows[0] = r.sec.state(coinpulse.WindowSecond, r.secTAT, r.now)
+	v.Windows[1] = r.min.state(coinpulse.WindowMinute, r.minTAT, r.now)
+	if r.monthly <= 0 {
+		v.Windows[2] = unlimited(coinpulse.WindowMonth)
+	} else {
+		v.Windows[2] = coinpulse.WindowState{
+			Window:    coinpulse.WindowMonth,
+			Limit:     r.monthly,
+			Remaining: max(0, r.monthly-r.count),
+			Reset:     time.Unix(0, r.monthEnd).UTC(),
+		}
+	}
+	if r.allowed {
+		return v
+	}
+	if !r.secOK {
+		v.Exceeded, v.RetryAfter = coinpulse.WindowSecond, r.sec.retryAfter(r.secTAT, r.now)
+	}
+	if !r.minOK {
+		if d := r.min.retryAfter(r.minTAT, r.now); d > v.RetryAfter {
+			v.Exceeded, v.RetryAfter = coinpulse.WindowMinute, d
+		}
+	}
+	if !r.monthOK {
+		if d := time.Duration(r.monthEnd - r.now); d > v.RetryAfter {
+			v.Exceeded, v.RetryAfter = coinpulse.WindowMonth, d
+		}
+	}
+	return v
+}
+
+// monthBounds returns the start of t's month and of the next one, UTC.
+func monthBounds(t time.Time) (start, end time.Time) {
+	start = coinpulse.MonthStart(t)
+	return start, start.AddDate(0, 1, 0)
+}
+
+// timeUnix returns the UTC time ns nanoseconds after the epoch.
+func timeUnix(ns int64) time.Time { return time.Unix(0, ns).UTC() }

@@ -1,0 +1,228 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"coinpulse"
+)
+
+// runID keeps this run's keys apart from other runs'.
+var runID = strconv.FormatInt(time.Now().UnixNano(), 36)
+
+// testPrefix is the key prefix of the test t: the same for every limiter
+// of one test, different across tests and runs. The keys are deleted when
+// the test ends.
+func testPrefix(t testing.TB) string {
+	p := "cptest:" + runID + ":" + strings.NewReplacer("{", "(", "}", ")", " ", "_").Replace(t.Name()) + ":"
+	return p
+}
+
+// newTestClient returns a client of its own (a pool of its own) for the
+// server in COINPULSE_TEST_REDIS, closed and with the test's keys deleted
+// when the test ends; it skips the test when the variable is unset.
+func newTestClient(t testing.TB) *redis.Client {
+	t.Helper()
+	opt, err := redis.ParseURL(RedisURL(t))
+	if err != nil {
+		t.Fatalf("%s: %v", RedisEnv, err)
+	}
+	c := redis.NewClient(opt)
+	ctx := context.Background()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("Redis at %s: %v", opt.Addr, err)
+	}
+	prefix := testPrefix(t)
+	t.Cleanup(func() {
+		defer c.Close()
+		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		if len(keys) > 0 {
+			c.Del(ctx, keys...)
+		}
+	})
+	return c
+}
+
+// With the server's clock: the keys, their expiries, and times near now.
+func TestRedisKeysAndExpiries(t *testing.T) {
+	c := newTestClient(t)
+	prefix := testPrefix(t)
+	lim := NewRedis(c, nil, WithPrefix(prefix))
+	ctx := context.Background()
+	l := coinpulse.Limits{PerSecond: 10, PerMinute: 100, Monthly: 1000}
+	before := time.Now()
+	v, err := lim.Allow(ctx, "acct-9", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	if !v.Allowed || v.Windows[0].Remaining != 9 || v.Windows[1].Remaining != 99 || v.Windows[2].Remaining != 999 {
+		t.Fatalf("verdict %+v", v)
+	}
+	// The server's clock and this one are the same machine's here.
+	slack := 50 * time.Millisecond
+	if r := v.Windows[0].Reset; r.Before(before.Add(100*time.Millisecond-slack)) || r.After(after.Add(100*time.Millisecond+slack)) {
+		t.Errorf("second window Reset %v, want about %v", r, before.Add(100*time.Millisecond))
+	}
+	if r := v.Windows[1].Reset; r.Before(before.Add(600*time.Millisecond-slack)) || r.After(after.Add(600*time.Millisecond+slack)) {
+		t.Errorf("minute window Reset %v, want about %v", r, before.Add(600*time.Millisecond))
+	}
+	month := coinpulse.MonthStart(before)
+	next := month.AddDate(0, 1, 0)
+	if !v.Windows[2].Reset.Equal(next) {
+		t.Errorf("month Reset %v, want %v", v.Windows[2].Reset, next)
+	}
+
+	base := prefix + "{acct-9}:"
+	for _, k := range []struct {
+		key      string
+		min, max time.Duration
+	}{
+		{base + "s", 1 * time.Millisecond, 101 * time.Millisecond},
+		{base + "m", 500 * time.Millisecond, 601 * time.Millisecond},
+		{base + "mo:" + month.Format("200601"), time.Until(next) + 23*time.Hour, time.Until(next) + 24*time.Hour + time.Second},
+	} {
+		ttl, err := c.PTTL(ctx, k.key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl < k.min || ttl > k.max {
+			t.Errorf("PTTL %s = %v, want in [%v, %v]", k.key, ttl, k.min, k.max)
+		}
+	}
+	if n, err := c.Get(ctx, base+"mo:"+month.Format("200601")).Int64(); err != nil || n != 1 {
+		t.Errorf("month count = %d, %v; want 1", n, err)
+	}
+	// The rolling keys vanish when idle.
+	time.Sleep(700 * time.Millisecond)
+	if n, err := c.Exists(ctx, base+"s", base+"m").Result(); err != nil || n != 0 {
+		t.Errorf("%d rolling keys left after their TAT (%v)", n, err)
+	}
+	v, err = lim.Peek(ctx, "acct-9", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !v.Allowed || v.Windows[0].Remaining != 10 || v.Windows[1].Remaining != 100 || v.Windows[2].Remaining != 999 {
+		t.Fatalf("Peek after idling: %+v", v)
+	}
+}
+
+// A node whose clock is a month off still uses the server's month.
+func TestRedisNodeClockOff(t *testing.T) {
+	c := newTestClient(t)
+	prefix := testPrefix(t)
+	var seeded []time.Time
+	seed := func(_ context.Context, _ string, m time.Time) (int64, error) {
+		seeded = append(seeded, m)
+		return 5, nil
+	}
+	for _, off := range []time.Duration{-40 * 24 * time.Hour, 40 * 24 * time.Hour} {
+		lim := NewRedis(c, seed, WithPrefix(prefix))
+		lim.nodeClock = func() time.Time { return time.Now().Add(off) }
+		v, err := lim.Allow(context.Background(), "a", coinpulse.Limits{Monthly: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := coinpulse.MonthStart(time.Now()).AddDate(0, 1, 0)
+		if !v.Allowed || !v.Windows[2].Reset.Equal(next) {
+			t.Errorf("clock off by %v: %+v, want the month ending %v", off, v, next)
+		}
+	}
+	month := coinpulse.MonthStart(time.Now())
+	if len(seeded) != 1 || !seeded[0].Equal(month) {
+		t.Errorf("seeded for %v, want once for %v", seeded, month)
+	}
+	if n, _ := c.Get(context.Background(), prefix+"{a}:mo:"+month.Format("200601")).Int64(); n != 7 {
+		t.Errorf("month count %d, want 7", n)
+	}
+}
+
+// The Redis store with real time: a burst, a refusal, and the refill.
+func TestRedisServerTime(t *testing.T) {
+	lim := NewRedis(newTestClient(t), nil, WithPrefix(testPrefix(t)))
+	ctx := context.Background()
+	l := coinpulse.Limits{PerSecond: 20} // T = 50ms
+	var v coinpulse.Verdict
+	n := 0
+	for ; n < 1000; n++ {
+		var err error
+		if v, err = lim.Allow(ctx, "a", l); err != nil {
+			t.Fatal(err)
+		}
+		if !v.Allowed {
+			break
+		}
+	}
+	// At least the burst, and more only if the calls took T each.
+	if n < 20 {
+		t.Fatalf("call %d of the burst refused: %+v", n+1, v)
+	}
+	if v.Allowed || v.Exceeded != coinpulse.WindowSecond || v.RetryAfter <= 0 || v.RetryAfter > 50*time.Millisecond {
+		t.Fatalf("after %d calls: %+v, want refused for at most 50ms", n, v)
+	}
+	var err error
+	time.Sleep(v.RetryAfter)
+	if v, err = lim.Allow(ctx, "a", l); err != nil || !v.Allowed {
+		t.Fatalf("after RetryAfter: %+v, %v", v, err)
+	}
+}
+
+func TestRedisError(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	defer c.Close()
+	if _, err := NewRedis(c, nil).Allow(context.Background(), "a", coinpulse.Limits{}); err == nil {
+		t.Fatal("Allow with no server: no error")
+	}
+}
+
+type recorder struct {
+	fatal, skip string
+}
+
+func (r *recorder) Helper()           {}
+func (r *recorder) Fatal(args ...any) { r.fatal = fmt.Sprint(args...) }
+func (r *recorder) Skip(args ...any)  { r.skip = fmt.Sprint(args...) }
+
+func TestRedisURL(t *testing.T) {
+	const url = "redis://127.0.0.1:6379/0"
+	tests := []struct {
+		name, url, require string
+		want               string
+		fatal, skip        bool
+	}{
+		{name: "set", url: url, want: url},
+		{name: "set and required", url: url, require: "1", want: url},
+		{name: "unset", skip: true},
+		{name: "unset but required", require: "1", fatal: true},
+		{name: "unset, required is not 1", require: "yes", skip: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(RedisEnv, tt.url)
+			t.Setenv(RequireServicesEnv, tt.require)
+			r := &recorder{}
+			if got := RedisURL(r); got != tt.want {
+				t.Errorf("RedisURL = %q, want %q", got, tt.want)
+			}
+			if (r.fatal != "") != tt.fatal {
+				t.Errorf("Fatal called: %q, want called: %v", r.fatal, tt.fatal)
+			}
+			if (r.skip != "") != tt.skip {
+				t.Errorf("Skip called: %q, want called: %v", r.skip, tt.skip)
+			}
+			if tt.fatal && r.fatal != "COINPULSE_TEST_REDIS is not set but COINPULSE_REQUIRE_SERVICES=1" {
+				t.Errorf("Fatal message = %q", r.fatal)
+			}
+		})
+	}
+}

@@ -1,0 +1,70 @@
+package coinpulse
+
+import (
+	"context"
+	"time"
+)
+
+// Window names a rate-limit window.
+type Window string
+
+// The windows an account is limited by: two rolling ones and the calendar
+// month (UTC, from 00:00 on the 1st).
+const (
+	WindowSecond Window = "second"
+	WindowMinute Window = "minute"
+	WindowMonth  Window = "month"
+)
+
+// Limits are the allowances a check is made against. A zero or Unlimited
+// figure does not limit.
+type Limits struct {
+	PerSecond int
+	PerMinute int
+	Monthly   int64
+}
+
+// WindowState is one window after a check.
+type WindowState struct {
+	Window Window
+	// Limit is the window's allowance; Unlimited when it does not limit.
+	Limit int64
+	// Remaining is what is left of it right after the check.
+	Remaining int64
+	// Reset is when the window is whole again: for the rolling windows
+	// when the full burst is available, for the month the next 1st 00:00
+	// UTC.
+	Reset time.Time
+}
+
+// Verdict is the answer of a check.
+type Verdict struct {
+	Allowed bool
+	// Exceeded names the window that refused; RetryAfter is when the call
+	// would be admitted.
+	Exceeded   Window
+	RetryAfter time.Duration
+	// Windows are second, minute and month, in that order.
+	Windows [3]WindowState
+}
+
+// Limiter checks calls against an account's limits. Implementations are
+// exact under concurrency: with K calls left in a window, N concurrent
+// Allows admit exactly min(N, K), also across processes that share the
+// limiter's store.
+type Limiter interface {
+	// Allow counts one call for account if every window admits it, and
+	// nothing if one does not.
+	Allow(ctx context.Context, account string, l Limits) (Verdict, error)
+	// Peek reports the windows without counting.
+	Peek(ctx context.Context, account string, l Limits) (Verdict, error)
+	// Refund gives back one call that Allow counted, in every window, for
+	// a call that then failed on the server's side (a 5xx does not count).
+	Refund(ctx context.Context, account string, l Limits) error
+}
+
+// MonthStart returns the start of t's calendar month in UTC.
+func MonthStart(t time.Time) time.Time {
+	t = t.UTC()
+	return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
+}
