@@ -28,6 +28,7 @@ type Store interface {
 	PortfolioStore
 	HistoryStore
 	KVStore
+	UsageStore
 	// Ping reports whether the store answers.
 	Ping(ctx context.Context) error
 	// Close releases the store's connections.

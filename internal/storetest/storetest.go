@@ -68,6 +68,19 @@ func Run(t *testing.T, open func(t *testing.T) coinpulse.Store) {
 		{"Portfolios/TimesUTC", testPortfolioTimes},
 		{"Portfolios/ConcurrentSells", testConcurrentSells},
 		{"Portfolios/ConcurrentFirstBuys", testConcurrentBuys},
+		{"Usage/RoundTrip", testUsageRoundTrip},
+		{"Usage/RecentNewestFirst", testUsageRecent},
+		{"Usage/CountedOnly", testUsageCounted},
+		{"Usage/MonthBoundary", testUsageMonthBoundary},
+		{"Usage/Daily", testUsageDaily},
+		{"Usage/Percentiles", testUsagePercentiles},
+		{"Usage/Keys", testUsageKeys},
+		{"Usage/UsersIsolated", testUsageIsolated},
+		{"Usage/Empty", testUsageEmpty},
+		{"Usage/UnknownUser", testUsageUnknownUser},
+		{"Usage/InvalidMode", testUsageInvalid},
+		{"Usage/Retention", testUsageRetention},
+		{"Usage/Concurrent", testUsageConcurrent},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

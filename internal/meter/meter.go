@@ -1,0 +1,327 @@
+// Package meter takes metering off the request's hot path: handlers Record
+// each admitted call into a bounded in-memory queue, and a batcher (Run)
+// writes them to the store in bulk, one transaction a batch.
+//
+// A batch is written when MaxBatch calls are waiting, or Interval after the
+// first of them was taken from the queue, whichever comes first. A failed
+// write is retried, the same batch, with exponential backoff (50 ms
+// doubling to 5 s, with jitter) until it succeeds or the meter stops:
+// a transient store error loses nothing, while the queue, full, drops new
+// calls (counted by Dropped) rather than blocking requests.
+//
+// Shutdown: stop serving requests, then call Close, which drains: every
+// call Recorded before Close began is written before it returns nil. So a
+// graceful shutdown loses nothing, a crash at most the calls of one
+// Interval (plus a write in progress).
+package meter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"coinpulse"
+)
+
+// Options tune a Meter; zero values take the defaults.
+type Options struct {
+	// Interval is the longest a call waits in a batch before the batch is
+	// written (default 1 s).
+	Interval time.Duration
+	// MaxBatch is the most calls a batch holds; a full batch is written at
+	// once (default 2,000).
+	MaxBatch int
+	// QueueSize is how many calls may wait to be batched; beyond that
+	// Record drops calls (default 65,536).
+	QueueSize int
+}
+
+// The defaults of Options.
+const (
+	DefaultInterval  = time.Second
+	DefaultMaxBatch  = 2000
+	DefaultQueueSize = 1 << 16
+)
+
+// Retry backoff of a failed write.
+const (
+	retryMin = 50 * time.Millisecond
+	retryMax = 5 * time.Second
+)
+
+// errStopped reports that Close stopped a write's retries.
+var errStopped = errors.New("meter: stopped")
+
+// Meter batches calls into a coinpulse.UsageStore. Its methods are safe for
+// concurrent use.
+type Meter struct {
+	store coinpulse.UsageStore
+	log   *slog.Logger
+	opts  Options
+	queue chan coinpulse.Call
+
+	dropped     atomic.Uint64
+	lastDropLog atomic.Int64 // Unix nanoseconds of the last "queue full" log
+	held        atomic.Int64 // calls taken from the queue and not yet written
+
+	closeMu sync.Mutex // serializes Close
+
+	mu       sync.Mutex
+	stopping bool
+	stop     chan struct{}    // closed by Close
+	runDone  chan struct{}    // closed when the running Run returns; nil when none runs
+	leftover []coinpulse.Call // the batch Run had in hand when it returned
+}
+
+// New returns a Meter writing to store and logging to log (slog.Default()
+// when nil). Start its batcher with Run.
+func New(store coinpulse.UsageStore, log *slog.Logger, opts Options) *Meter {
+	if opts.Interval <= 0 {
+		opts.Interval = DefaultInterval
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = DefaultMaxBatch
+	}
+	if opts.QueueSize <= 0 {
+		opts.QueueSize = DefaultQueueSize
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Meter{
+		store: store,
+		log:   log,
+		opts:  opts,
+		queue: make(chan coinpulse.Call, opts.QueueSize),
+		stop:  make(chan struct{}),
+	}
+}
+
+// Record enqueues c for writing. It never blocks and does not allocate:
+// when the queue is full it drops c, counts it in Dropped, and logs (at
+// most once an Interval). Calls Recorded after Close has begun are not
+// written unless Close is called again.
+func (m *Meter) Record(c coinpulse.Call) {
+	select {
+	case m.queue <- c:
+	default:
+		m.drop(1, "meter: queue full, dropping calls")
+	}
+}
+
+// drop counts n dropped calls and logs why, at most once an Interval.
+func (m *Meter) drop(n int, msg string) {
+	total := m.dropped.Add(uint64(n))
+	now := time.Now().UnixNano()
+	last := m.lastDropLog.Load()
+	if now-last >= int64(m.opts.Interval) && m.lastDropLog.CompareAndSwap(last, now) {
+		m.log.Warn(msg, "dropped_total", total, "queue_size", m.opts.QueueSize)
+	}
+}
+
+// Dropped returns how many calls the meter has dropped: Recorded while the
+// queue was full, or rejected as invalid (an unknown mode).
+func (m *Meter) Dropped() uint64 { return m.dropped.Load() }
+
+// Pending returns how many Recorded calls are not yet written: waiting in
+// the queue or in a batch being (or failing to be) written.
+func (m *Meter) Pending() int { return len(m.queue) + int(m.held.Load()) }
+
+// Run writes batches until ctx is done or Close is called, and returns
+// ctx's error or nil. It does not drain: calls still queued, and a batch
+// whose write ctx interrupted, are kept for Close (or a later Run). Run
+// returns at once, with nil, once Close has been called, and with an error
+// when another Run is running.
+func (m *Meter) Run(ctx context.Context) error {
+	m.mu.Lock()
+	if m.stopping {
+		m.mu.Unlock()
+		return nil
+	}
+	if m.runDone != nil {
+		m.mu.Unlock()
+		return errors.New("meter: Run is already running")
+	}
+	done := make(chan struct{})
+	m.runDone = done
+	batch := m.leftover
+	m.leftover = nil
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.leftover = batch
+		m.runDone = nil
+		m.mu.Unlock()
+		close(done)
+	}()
+	if batch == nil {
+		batch = make([]coinpulse.Call, 0, m.opts.MaxBatch)
+	}
+
+	timer := time.NewTimer(m.opts.Interval)
+	timer.Stop()
+	defer timer.Stop()
+	var due <-chan time.Time // the running timer's channel, nil when none runs
+	if len(batch) > 0 {
+		timer.Reset(m.opts.Interval)
+		due = timer.C
+	}
+	flush := false
+	for {
+		if flush || len(batch) >= m.opts.MaxBatch {
+			batch = m.valid(batch)
+			m.held.Store(int64(len(batch)))
+			switch err := m.write(ctx, batch, m.stop); {
+			case errors.Is(err, errStopped):
+				return nil
+			case err != nil:
+				return err
+			}
+			batch = batch[:0]
+			m.held.Store(0)
+			timer.Stop()
+			due, flush = nil, false
+		}
+		select {
+		case c := <-m.queue:
+			if due == nil {
+				timer.Reset(m.opts.Interval)
+				due = timer.C
+			}
+			batch = append(batch, c)
+		fill:
+			for len(batch) < m.opts.MaxBatch {
+				select {
+				case c := <-m.queue:
+					batch = append(batch, c)
+				default:
+					break fill
+				}
+			}
+			m.held.Store(int64(len(batch)))
+		case <-due:
+			due, flush = nil, true
+		case <-m.stop:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Close stops Run (waiting for it to return) and writes every call still
+// waiting, in batches, retrying failed writes until ctx is done. It returns
+// nil when every call Recorded before Close began is written; otherwise,
+// when ctx ends first, an error saying how many were not: those are kept,
+// and a later Close may write them. Close may be called without Run.
+func (m *Meter) Close(ctx context.Context) error {
+	m.closeMu.Lock()
+	defer m.closeMu.Unlock()
+	m.mu.Lock()
+	if !m.stopping {
+		m.stopping = true
+		close(m.stop)
+	}
+	done := m.runDone
+	m.mu.Unlock()
+	if done != nil {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			err := fmt.Errorf("meter: close: waiting for a write: %w", ctx.Err())
+			m.log.Error("meter: calls not written", "calls", m.Pending(), "err", err)
+			return err
+		}
+	}
+
+	m.mu.Lock()
+	batch := m.leftover
+	m.leftover = nil
+	m.mu.Unlock()
+	// Every call Recorded before Close began is in batch or among the n
+	// first queued; nothing but Close takes from the queue now.
+	n := len(m.queue)
+	for {
+		for n > 0 && len(batch) < m.opts.MaxBatch {
+			batch = append(batch, <-m.queue)
+			n--
+		}
+		batch = m.valid(batch)
+		m.held.Store(int64(len(batch)))
+		if len(batch) == 0 && n == 0 {
+			return nil
+		}
+		if err := m.write(ctx, batch, nil); err != nil {
+			m.mu.Lock()
+			m.leftover = batch
+			m.mu.Unlock()
+			err = fmt.Errorf("meter: close: %d calls not written: %w", len(batch)+n, err)
+			m.log.Error("meter: calls not written", "calls", len(batch)+n, "err", err)
+			return err
+		}
+		batch = batch[:0]
+	}
+}
+
+// valid returns batch without its calls of an unknown mode, which it
+// counts as dropped: the store would reject the whole batch for them.
+func (m *Meter) valid(batch []coinpulse.Call) []coinpulse.Call {
+	valid := batch[:0]
+	for _, c := range batch {
+		if c.Mode.Valid() {
+			valid = append(valid, c)
+		}
+	}
+	if bad := len(batch) - len(valid); bad > 0 {
+		clear(batch[len(valid):])
+		m.drop(bad, "meter: dropping calls with an unknown mode")
+	}
+	return valid
+}
+
+// write stores batch, retrying with backoff until it succeeds, ctx is done
+// (ctx's error) or stop is closed (errStopped; Run passes the meter's,
+// Close nil); the batch is then still unwritten. A batch the store rejects
+// as invalid is dropped (counted and logged), for retrying it could never
+// succeed.
+func (m *Meter) write(ctx context.Context, batch []coinpulse.Call, stop <-chan struct{}) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	delay := retryMin
+	for attempt := 1; ; attempt++ {
+		err := m.store.RecordCalls(ctx, batch)
+		if err == nil {
+			if attempt > 1 {
+				m.log.Info("meter: calls written after retrying", "calls", len(batch), "attempts", attempt)
+			}
+			return nil
+		}
+		if coinpulse.ErrorCode(err) == coinpulse.CodeValidation {
+			m.dropped.Add(uint64(len(batch)))
+			m.log.Error("meter: store rejected a batch, dropping it", "calls", len(batch), "err", err)
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		wait := delay/2 + rand.N(delay) // delay ± 50 %
+		m.log.Warn("meter: writing calls failed, retrying", "calls", len(batch), "attempt", attempt, "retry_in", wait, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-stop:
+			t.Stop()
+			return errStopped
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		delay = min(2*delay, retryMax)
+	}
+}

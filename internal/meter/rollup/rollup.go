@@ -1,0 +1,307 @@
+// Package rollup is what both storage engines share to keep metered calls:
+// the latency histogram's bucket scheme, and the aggregation of a batch of
+// calls into the rows a store writes (one per user and UTC day, one per
+// key, and each user's newest calls). It does no I/O.
+//
+// # Histogram buckets
+//
+// A latency histogram has Buckets = 40 buckets, log-spaced by a factor of
+// √2 from 50 µs. Bucket i (0 ≤ i < 39) holds durations d with
+// Edge(i-1) < d ≤ Edge(i), where Edge(i) = 50 µs × 2^(i/2) rounded to the
+// microsecond (50 µs, 71 µs, 100 µs, 141 µs, 200 µs, … 1.131 ms (i = 9) …
+// 102.4 ms (i = 22) … 26.2144 s (i = 38)); bucket 0 also holds zero and
+// negative durations, and bucket 39 holds everything above 26.2144 s.
+//
+// A percentile is reported as the upper edge of the bucket holding it: an
+// upper bound, at most √2 (41 %) above the true value and never below it.
+// In the last bucket, which has no upper edge, it is its lower edge
+// (26.2144 s), and so a lower bound.
+package rollup
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"coinpulse"
+)
+
+const (
+	// Buckets is the number of buckets of a latency histogram.
+	Buckets = 40
+	// RecentCalls is how many of each user's newest calls a store keeps.
+	RecentCalls = 50
+	// RetainDays is how many days of daily usage a store keeps per user,
+	// counted back from the newest day it has recorded.
+	RetainDays = 400
+)
+
+// edges are the upper edges of the buckets but the last.
+var edges = func() [Buckets - 1]time.Duration {
+	var e [Buckets - 1]time.Duration
+	for i := range e {
+		us := math.Round(50 * math.Pow(2, float64(i)/2))
+		e[i] = time.Duration(us) * time.Microsecond
+	}
+	return e
+}()
+
+// Edge returns the upper edge of bucket i, for 0 ≤ i < Buckets-1. The last
+// bucket has none; Edge(Buckets-1) returns its lower edge.
+func Edge(i int) time.Duration {
+	if i >= len(edges) {
+		return edges[len(edges)-1]
+	}
+	return edges[i]
+}
+
+// Bucket returns the bucket holding d.
+func Bucket(d time.Duration) int {
+	lo, hi := 0, len(edges) // the answer is in [lo, hi]
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if d <= edges[mid] {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}
+
+// Histogram counts durations per bucket.
+type Histogram [Buckets]int64
+
+// Add counts d.
+func (h *Histogram) Add(d time.Duration) { h[Bucket(d)]++ }
+
+// Merge adds the counts of o.
+func (h *Histogram) Merge(o *Histogram) {
+	for i := range h {
+		h[i] += o[i]
+	}
+}
+
+// Count returns the number of durations counted.
+func (h *Histogram) Count() int64 {
+	var n int64
+	for _, c := range h {
+		n += c
+	}
+	return n
+}
+
+// Percentile returns the q-quantile (0 < q ≤ 1) of the counted durations
+// by the nearest-rank method, as the upper edge of the bucket holding it
+// (see the package comment), or zero when the histogram is empty.
+func (h *Histogram) Percentile(q float64) time.Duration {
+	n := h.Count()
+	if n == 0 {
+		return 0
+	}
+	// The epsilon keeps 0.95 × 100 at rank 95 despite rounding.
+	rank := int64(math.Ceil(q*float64(n) - 1e-9))
+	rank = max(1, min(rank, n))
+	var seen int64
+	for i, c := range h {
+		seen += c
+		if seen >= rank {
+			return Edge(i)
+		}
+	}
+	return Edge(Buckets - 1)
+}
+
+// Day is one user's calls on one UTC day.
+type Day struct {
+	UserID int64
+	// Day is the day's start, in UTC.
+	Day time.Time
+	// Calls counts the day's counted calls.
+	Calls int64
+	// Latency counts the durations of all the day's calls.
+	Latency Histogram
+}
+
+// Key is one key's calls.
+type Key struct {
+	KeyID, UserID int64
+	Calls         int64
+	// LastCall is the latest Time of the key's calls, in UTC.
+	LastCall time.Time
+}
+
+// Batch is a batch of calls as a store writes it.
+type Batch struct {
+	// Users are the distinct users of the batch's calls, ascending.
+	Users []int64
+	// Recent are, of each user's calls, the RecentCalls last in batch
+	// order (older ones would be pruned at once), in batch order.
+	Recent []coinpulse.Call
+	// Days are per user and UTC day, by user then day.
+	Days []Day
+	// Keys are per key, by key id.
+	Keys []Key
+	// Newest is the latest day of Days (zero when there are none).
+	Newest time.Time
+}
+
+// UserIDs returns the distinct users of calls, ascending.
+func UserIDs(calls []coinpulse.Call) []int64 {
+	ids := make([]int64, 0, 8)
+	for i := range calls {
+		ids = append(ids, calls[i].UserID)
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
+// DayOf returns the start of t's UTC day.
+func DayOf(t time.Time) time.Time {
+	y, m, d := t.UTC().Date()
+	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+}
+
+// Aggregate returns calls as a store writes them, leaving out the calls
+// whose user keep rejects (keep nil keeps all). Times come out in UTC,
+// truncated to microseconds, as are durations.
+func Aggregate(calls []coinpulse.Call, keep func(userID int64) bool) *Batch {
+	type dayKey struct {
+		user int64
+		day  int64
+	}
+	b := &Batch{}
+	days := make(map[dayKey]int)
+	keys := make(map[int64]int)
+	perUser := make(map[int64]int) // calls of each user, to pick the last RecentCalls
+	for i := range calls {
+		c := &calls[i]
+		if keep != nil && !keep(c.UserID) {
+			continue
+		}
+		perUser[c.UserID]++
+		t := c.Time.UTC().Truncate(time.Microsecond)
+		d := c.Duration.Truncate(time.Microsecond)
+		day := DayOf(t)
+		dk := dayKey{c.UserID, day.Unix()}
+		j, ok := days[dk]
+		if !ok {
+			j = len(b.Days)
+			days[dk] = j
+			b.Days = append(b.Days, Day{UserID: c.UserID, Day: day})
+		}
+		if c.Counted {
+			b.Days[j].Calls++
+		}
+		b.Days[j].Latency.Add(d)
+		k, ok := keys[c.KeyID]
+		if !ok {
+			k = len(b.Keys)
+			keys[c.KeyID] = k
+			b.Keys = append(b.Keys, Key{KeyID: c.KeyID, UserID: c.UserID, LastCall: t})
+		}
+		b.Keys[k].Calls++
+		if t.After(b.Keys[k].LastCall) {
+			b.Keys[k].LastCall = t
+		}
+	}
+	b.Users = make([]int64, 0, len(perUser))
+	for u := range perUser {
+		b.Users = append(b.Users, u)
+	}
+	slices.Sort(b.Users)
+	// Walk the calls again, skipping each user's calls beyond their last
+	// RecentCalls.
+	skip := perUser
+	for u, n := range skip {
+		skip[u] = max(0, n-RecentCalls)
+	}
+	for i := range calls {
+		c := calls[i]
+		if keep != nil && !keep(c.UserID) {
+			continue
+		}
+		if skip[c.UserID] > 0 {
+			skip[c.UserID]--
+			continue
+		}
+		c.Time = c.Time.UTC().Truncate(time.Microsecond)
+		c.Duration = c.Duration.Truncate(time.Microsecond)
+		b.Recent = append(b.Recent, c)
+	}
+	slices.SortFunc(b.Days, func(x, y Day) int {
+		if x.UserID != y.UserID {
+			return cmpInt(x.UserID, y.UserID)
+		}
+		return x.Day.Compare(y.Day)
+	})
+	for _, d := range b.Days {
+		if d.Day.After(b.Newest) {
+			b.Newest = d.Day
+		}
+	}
+	slices.SortFunc(b.Keys, func(x, y Key) int { return cmpInt(x.KeyID, y.KeyID) })
+	return b
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Result assembles a Usage from what a store read for userID as of now:
+// recent (newest first) and keys as they are, and days (any order; those
+// outside the month and the 30-day window are ignored) for MonthCalls,
+// Daily and the percentiles.
+func Result(now time.Time, recent []coinpulse.Call, keys []coinpulse.KeyUsage, days []Day) *coinpulse.Usage {
+	today := DayOf(now)
+	first := today.AddDate(0, 0, -29)
+	month := MonthStart(now)
+	u := &coinpulse.Usage{Recent: recent, Keys: keys, Daily: make([]coinpulse.DayUsage, 30)}
+	if u.Recent == nil {
+		u.Recent = []coinpulse.Call{}
+	}
+	if u.Keys == nil {
+		u.Keys = []coinpulse.KeyUsage{}
+	}
+	for i := range u.Daily {
+		u.Daily[i].Day = first.AddDate(0, 0, i)
+	}
+	var h Histogram
+	for i := range days {
+		d := &days[i]
+		if !d.Day.Before(month) {
+			u.MonthCalls += d.Calls
+		}
+		if d.Day.Before(first) || d.Day.After(today) {
+			continue
+		}
+		// Days are whole UTC days apart; AddDate keeps that exact.
+		idx := int(d.Day.Sub(first) / (24 * time.Hour))
+		u.Daily[idx].Calls += d.Calls
+		h.Merge(&d.Latency)
+	}
+	u.P50, u.P95, u.P99 = h.Percentile(0.50), h.Percentile(0.95), h.Percentile(0.99)
+	return u
+}
+
+// Since returns the first day a store must read for Result as of now: the
+// earlier of the month's start and the 30-day window's.
+func Since(now time.Time) time.Time {
+	first := DayOf(now).AddDate(0, 0, -29)
+	if m := MonthStart(now); m.Before(first) {
+		return m
+	}
+	return first
+}
+
+// MonthStart returns the start of t's calendar month in UTC.
+func MonthStart(t time.Time) time.Time {
+	y, m, _ := t.UTC().Date()
+	return time.Date(y, m, 1, 0, 0, 0, 0, time.UTC)
+}

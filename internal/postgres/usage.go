@@ -1,0 +1,218 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"coinpulse"
+	"coinpulse/internal/meter/rollup"
+)
+
+// histColumns lists usage_daily's latency bucket columns: "h00, …, h39".
+var histColumns = func() string {
+	cols := make([]string, rollup.Buckets)
+	for i := range cols {
+		cols[i] = fmt.Sprintf("h%02d", i)
+	}
+	return strings.Join(cols, ", ")
+}()
+
+// upsertDaysSQL adds rows to usage_daily from arrays: $1 user ids, $2 days,
+// $3 counted calls, then one array per latency bucket.
+var upsertDaysSQL = func() string {
+	var params, set strings.Builder
+	for i := range rollup.Buckets {
+		fmt.Fprintf(&params, ", $%d::integer[]", 4+i)
+		fmt.Fprintf(&set, ", h%02d = usage_daily.h%02d + excluded.h%02d", i, i, i)
+	}
+	return `INSERT INTO usage_daily (user_id, day, calls, ` + histColumns + `)
+		SELECT * FROM unnest($1::bigint[], $2::timestamptz[], $3::bigint[]` + params.String() + `)
+		ON CONFLICT (user_id, day) DO UPDATE SET calls = usage_daily.calls + excluded.calls` + set.String()
+}()
+
+// RecordCalls stores a batch of calls in one transaction: it adds them to
+// their keys' totals and their users' days (counted calls to the day's
+// calls, every duration to its latency histogram), appends them to their
+// users' recent calls (keeping the 50 newest of each user, newest being
+// the last recorded), and drops days of those users older than 400 days
+// before the batch's newest day. Calls of users that do not exist are
+// left out. Times and durations are truncated to microseconds. Rows are
+// upserted in key and (user, day) order, so concurrent batches cannot
+// deadlock on them. It returns a VALIDATION_ERROR (and stores nothing)
+// when a call's mode is unknown, and the database's error otherwise.
+func (db *DB) RecordCalls(ctx context.Context, calls []coinpulse.Call) error {
+	if len(calls) == 0 {
+		return nil
+	}
+	for i := range calls {
+		if !calls[i].Mode.Valid() {
+			return coinpulse.ValidationError("mode", fmt.Sprintf("unknown mode %q", calls[i].Mode))
+		}
+	}
+	err := db.Transact(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT id FROM users WHERE id = ANY($1)`, rollup.UserIDs(calls))
+		if err != nil {
+			return err
+		}
+		exists := make(map[int64]bool)
+		var id int64
+		_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+			exists[id] = true
+			return nil
+		})
+		if err != nil || len(exists) == 0 {
+			return err
+		}
+		b := rollup.Aggregate(calls, func(id int64) bool { return exists[id] })
+
+		var batch pgx.Batch
+		n := len(b.Recent)
+		var (
+			users, keys, durs      = make([]int64, n), make([]int64, n), make([]int64, n)
+			modes, methods, routes = make([]string, n), make([]string, n), make([]string, n)
+			ats                    = make([]time.Time, n)
+			statuses               = make([]int32, n)
+			requestIDs             = make([]string, n)
+			counted                = make([]bool, n)
+		)
+		for i, c := range b.Recent {
+			users[i], keys[i], modes[i], ats[i] = c.UserID, c.KeyID, string(c.Mode), c.Time
+			methods[i], routes[i], statuses[i] = c.Method, c.Route, int32(c.Status)
+			durs[i], requestIDs[i], counted[i] = c.Duration.Microseconds(), c.RequestID, c.Counted
+		}
+		// WITH ORDINALITY and ORDER BY: ids follow the batch's order.
+		batch.Queue(`
+			INSERT INTO api_calls (user_id, key_id, mode, at, method, route, status, duration_us, request_id, counted)
+			SELECT user_id, key_id, mode, at, method, route, status, duration_us, request_id, counted
+			FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::timestamptz[], $5::text[], $6::text[],
+			            $7::integer[], $8::bigint[], $9::text[], $10::boolean[])
+			     WITH ORDINALITY AS c (user_id, key_id, mode, at, method, route, status, duration_us, request_id, counted, ord)
+			ORDER BY ord`,
+			users, keys, modes, ats, methods, routes, statuses, durs, requestIDs, counted)
+		// Each user's calls beyond the newest RecentCalls, locked in id
+		// order first: concurrent batches prune overlapping rows, and a
+		// plain DELETE would lock them in an order of its plan's choosing
+		// and could deadlock.
+		batch.Queue(`
+			WITH cut AS (
+				SELECT u.user_id, (
+					SELECT id FROM api_calls WHERE user_id = u.user_id ORDER BY id DESC OFFSET $2 - 1 LIMIT 1
+				) AS id
+				FROM unnest($1::bigint[]) AS u (user_id)
+			), doomed AS (
+				SELECT a.id FROM cut JOIN api_calls AS a ON a.user_id = cut.user_id AND a.id < cut.id
+				ORDER BY a.id FOR UPDATE OF a
+			)
+			DELETE FROM api_calls AS a USING doomed WHERE a.id = doomed.id`, b.Users, rollup.RecentCalls)
+
+		keyIDs, keyUsers, keyCalls, keyLast := make([]int64, len(b.Keys)), make([]int64, len(b.Keys)), make([]int64, len(b.Keys)), make([]time.Time, len(b.Keys))
+		for i, k := range b.Keys {
+			keyIDs[i], keyUsers[i], keyCalls[i], keyLast[i] = k.KeyID, k.UserID, k.Calls, k.LastCall
+		}
+		batch.Queue(`
+			INSERT INTO key_usage (key_id, user_id, calls, last_call)
+			SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::timestamptz[])
+			ON CONFLICT (key_id) DO UPDATE SET
+				calls = key_usage.calls + excluded.calls,
+				last_call = greatest(key_usage.last_call, excluded.last_call)`,
+			keyIDs, keyUsers, keyCalls, keyLast)
+
+		args := make([]any, 3+rollup.Buckets)
+		nd := len(b.Days)
+		dayUsers, days, dayCalls := make([]int64, nd), make([]time.Time, nd), make([]int64, nd)
+		hist := make([][]int64, rollup.Buckets)
+		for j := range hist {
+			hist[j] = make([]int64, nd)
+			args[3+j] = hist[j]
+		}
+		for i := range b.Days {
+			d := &b.Days[i]
+			dayUsers[i], days[i], dayCalls[i] = d.UserID, d.Day, d.Calls
+			for j, c := range d.Latency {
+				hist[j][i] = c
+			}
+		}
+		args[0], args[1], args[2] = dayUsers, days, dayCalls
+		batch.Queue(upsertDaysSQL, args...)
+		batch.Queue(`DELETE FROM usage_daily WHERE user_id = ANY($1) AND day < $2`,
+			b.Users, b.Newest.AddDate(0, 0, -rollup.RetainDays+1))
+		return tx.SendBatch(ctx, &batch).Close()
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: record calls: %w", err)
+	}
+	return nil
+}
+
+// MonthCalls returns the user's counted calls on the UTC days starting at
+// or after monthStart (a day's start counts as the day). It returns the
+// database's error, if any.
+func (db *DB) MonthCalls(ctx context.Context, userID int64, monthStart time.Time) (int64, error) {
+	var n int64
+	err := db.pool.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM usage_daily WHERE user_id = $1 AND day >= $2`,
+		userID, monthStart).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: month calls: %w", err)
+	}
+	return n, nil
+}
+
+// Usage returns the user's usage as of now (see coinpulse.Usage), reading
+// it in one round trip: a user without calls, or that does not exist, has
+// zeros and 30 empty days. The percentiles are bucket upper edges, per
+// internal/meter/rollup. It returns the database's error, if any.
+func (db *DB) Usage(ctx context.Context, userID int64, now time.Time) (*coinpulse.Usage, error) {
+	var batch pgx.Batch
+	recent := make([]coinpulse.Call, 0, rollup.RecentCalls)
+	batch.Queue(`
+		SELECT key_id, mode, at, method, route, status, duration_us, request_id, counted
+		FROM api_calls WHERE user_id = $1 ORDER BY id DESC LIMIT $2`, userID, rollup.RecentCalls).
+		Query(func(rows pgx.Rows) error {
+			var c coinpulse.Call
+			var mode string
+			var dur int64
+			_, err := pgx.ForEachRow(rows, []any{&c.KeyID, &mode, &c.Time, &c.Method, &c.Route, &c.Status, &dur, &c.RequestID, &c.Counted}, func() error {
+				c.UserID, c.Mode, c.Time, c.Duration = userID, coinpulse.Mode(mode), c.Time.UTC(), time.Duration(dur)*time.Microsecond
+				recent = append(recent, c)
+				return nil
+			})
+			return err
+		})
+	keys := []coinpulse.KeyUsage{}
+	batch.Queue(`SELECT key_id, calls, last_call FROM key_usage WHERE user_id = $1 ORDER BY key_id`, userID).
+		Query(func(rows pgx.Rows) error {
+			var k coinpulse.KeyUsage
+			_, err := pgx.ForEachRow(rows, []any{&k.KeyID, &k.Calls, &k.LastCall}, func() error {
+				k.LastCall = k.LastCall.UTC()
+				keys = append(keys, k)
+				return nil
+			})
+			return err
+		})
+	var days []rollup.Day
+	batch.Queue(`SELECT day, calls, `+histColumns+` FROM usage_daily WHERE user_id = $1 AND day >= $2`,
+		userID, rollup.Since(now)).
+		Query(func(rows pgx.Rows) error {
+			d := rollup.Day{UserID: userID}
+			dest := make([]any, 2+rollup.Buckets)
+			dest[0], dest[1] = &d.Day, &d.Calls
+			for i := range d.Latency {
+				dest[2+i] = &d.Latency[i]
+			}
+			_, err := pgx.ForEachRow(rows, dest, func() error {
+				day := d
+				day.Day = day.Day.UTC()
+				days = append(days, day)
+				return nil
+			})
+			return err
+		})
+	if err := db.pool.SendBatch(ctx, &batch).Close(); err != nil {
+		return nil, fmt.Errorf("postgres: usage: %w", err)
+	}
+	return rollup.Result(now, recent, keys, days), nil
+}

@@ -1,0 +1,350 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"coinpulse"
+	"coinpulse/internal/meter/rollup"
+)
+
+// histColumns lists usage_daily's latency bucket columns: "h00, …, h39".
+var histColumns = func() string {
+	cols := make([]string, rollup.Buckets)
+	for i := range cols {
+		cols[i] = fmt.Sprintf("h%02d", i)
+	}
+	return strings.Join(cols, ", ")
+}()
+
+// Multi-row statements of RecordCalls: a statement per row would spend
+// more time in the driver than in SQLite.
+var (
+	insertCalls = rowsStatement{
+		head: `INSERT INTO api_calls (user_id, key_id, mode, at, method, route, status, duration_us, request_id, counted) VALUES `,
+		cols: 10,
+		rows: 100,
+	}
+	upsertKeys = rowsStatement{
+		head: `INSERT INTO key_usage (key_id, user_id, calls, last_call) VALUES `,
+		tail: ` ON CONFLICT (key_id) DO UPDATE SET
+			calls = calls + excluded.calls,
+			last_call = max(last_call, excluded.last_call)`,
+		cols: 4,
+		rows: 100,
+	}
+	upsertDays = func() rowsStatement {
+		var set strings.Builder
+		set.WriteString(" ON CONFLICT (user_id, day) DO UPDATE SET calls = calls + excluded.calls")
+		for i := range rollup.Buckets {
+			fmt.Fprintf(&set, ", h%02d = h%02d + excluded.h%02d", i, i, i)
+		}
+		return rowsStatement{
+			head: `INSERT INTO usage_daily (user_id, day, calls, ` + histColumns + `) VALUES `,
+			tail: set.String(),
+			cols: 3 + rollup.Buckets,
+			rows: 20,
+		}
+	}()
+)
+
+// upsertDay1 are the upserts of a day whose calls all fell in one latency
+// bucket, by bucket: a day of one call, the most common in a batch of many
+// users, binds 4 parameters rather than 43.
+var upsertDay1 = func() [rollup.Buckets]rowsStatement {
+	var s [rollup.Buckets]rowsStatement
+	for i := range s {
+		s[i] = rowsStatement{
+			head: fmt.Sprintf(`INSERT INTO usage_daily (user_id, day, calls, h%02d) VALUES `, i),
+			tail: fmt.Sprintf(` ON CONFLICT (user_id, day) DO UPDATE SET calls = calls + excluded.calls, h%02d = h%02d + excluded.h%02d`, i, i, i),
+			cols: 4,
+			rows: 100,
+		}
+	}
+	return s
+}()
+
+// upsertDayRows adds days to usage_daily.
+func upsertDayRows(ctx context.Context, tx *sql.Tx, days []rollup.Day) error {
+	var one [rollup.Buckets][]any // parameters of upsertDay1[i]
+	full := make([]any, 0, 8*upsertDays.cols)
+	for i := range days {
+		d := &days[i]
+		bucket, n := -1, 0
+		for j, c := range d.Latency {
+			if c != 0 {
+				bucket = j
+				n++
+			}
+		}
+		if n == 1 {
+			one[bucket] = append(one[bucket], d.UserID, micros(d.Day), d.Calls, d.Latency[bucket])
+			continue
+		}
+		full = append(full, d.UserID, micros(d.Day), d.Calls)
+		for _, c := range d.Latency {
+			full = append(full, c)
+		}
+	}
+	for i, args := range one {
+		if err := upsertDay1[i].exec(ctx, tx, args); err != nil {
+			return err
+		}
+	}
+	return upsertDays.exec(ctx, tx, full)
+}
+
+// rowsStatement is an INSERT of up to rows rows of cols parameters each.
+type rowsStatement struct {
+	head, tail string
+	cols, rows int
+}
+
+// sql returns the statement for n rows.
+func (s rowsStatement) sql(n int) string {
+	var b strings.Builder
+	b.WriteString(s.head)
+	row := "(?" + strings.Repeat(", ?", s.cols-1) + ")"
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(row)
+	}
+	b.WriteString(s.tail)
+	return b.String()
+}
+
+// exec runs the statement over args, cols parameters a row, in statements
+// of at most s.rows rows.
+func (s rowsStatement) exec(ctx context.Context, tx *sql.Tx, args []any) error {
+	if len(args) == 0 {
+		return nil
+	}
+	per := s.cols * s.rows
+	var full *sql.Stmt
+	for len(args) > 0 {
+		n := min(len(args), per)
+		var err error
+		if n == per {
+			if full == nil {
+				if full, err = tx.PrepareContext(ctx, s.sql(s.rows)); err != nil {
+					return err
+				}
+				defer full.Close()
+			}
+			_, err = full.ExecContext(ctx, args[:n]...)
+		} else {
+			_, err = tx.ExecContext(ctx, s.sql(n/s.cols), args[:n]...)
+		}
+		if err != nil {
+			return err
+		}
+		args = args[n:]
+	}
+	return nil
+}
+
+// jsonIDs returns ids as a JSON array, for json_each.
+func jsonIDs(ids []int64) string {
+	b := make([]byte, 0, 2+8*len(ids))
+	b = append(b, '[')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, id, 10)
+	}
+	return string(append(b, ']'))
+}
+
+// RecordCalls stores a batch of calls in one transaction: it adds them to
+// their keys' totals and their users' days (counted calls to the day's
+// calls, every duration to its latency histogram), appends them to their
+// users' recent calls (keeping the 50 newest of each user, newest being
+// the last recorded), and drops days of those users older than 400 days
+// before the batch's newest day. Calls of users that do not exist are
+// left out. Times and durations are truncated to microseconds. It returns
+// a VALIDATION_ERROR (and stores nothing) when a call's mode is unknown,
+// and the database's error otherwise.
+func (db *DB) RecordCalls(ctx context.Context, calls []coinpulse.Call) error {
+	if len(calls) == 0 {
+		return nil
+	}
+	for i := range calls {
+		if !calls[i].Mode.Valid() {
+			return coinpulse.ValidationError("mode", fmt.Sprintf("unknown mode %q", calls[i].Mode))
+		}
+	}
+	err := db.Transact(ctx, func(tx *sql.Tx) error {
+		exists := make(map[int64]bool)
+		rows, err := tx.QueryContext(ctx, `SELECT id FROM users WHERE id IN (SELECT value FROM json_each(?))`,
+			jsonIDs(rollup.UserIDs(calls)))
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			exists[id] = true
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		if len(exists) == 0 {
+			return nil
+		}
+		b := rollup.Aggregate(calls, func(id int64) bool { return exists[id] })
+
+		args := make([]any, 0, insertCalls.cols*len(b.Recent))
+		for _, c := range b.Recent {
+			args = append(args, c.UserID, c.KeyID, string(c.Mode), micros(c.Time), c.Method, c.Route,
+				c.Status, c.Duration.Microseconds(), c.RequestID, c.Counted)
+		}
+		if err := insertCalls.exec(ctx, tx, args); err != nil {
+			return err
+		}
+		users := jsonIDs(b.Users)
+		// The id of each user's RecentCalls-th newest call, then every call
+		// at or before it but that one.
+		_, err = tx.ExecContext(ctx, `
+			WITH cut (user_id, id) AS (
+				SELECT u.value, (SELECT c.id FROM api_calls c WHERE c.user_id = u.value
+				                 ORDER BY c.id DESC LIMIT 1 OFFSET ?2)
+				FROM json_each(?1) u
+			)
+			DELETE FROM api_calls WHERE id IN (
+				SELECT a.id FROM cut JOIN api_calls a ON a.user_id = cut.user_id AND a.id < cut.id
+			)`, users, rollup.RecentCalls-1)
+		if err != nil {
+			return err
+		}
+
+		args = slices.Grow(args[:0], upsertKeys.cols*len(b.Keys))
+		for _, k := range b.Keys {
+			args = append(args, k.KeyID, k.UserID, k.Calls, micros(k.LastCall))
+		}
+		if err := upsertKeys.exec(ctx, tx, args); err != nil {
+			return err
+		}
+
+		if err := upsertDayRows(ctx, tx, b.Days); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `
+			DELETE FROM usage_daily WHERE user_id IN (SELECT value FROM json_each(?)) AND day < ?`,
+			users, micros(b.Newest.AddDate(0, 0, -rollup.RetainDays+1)))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: record calls: %w", err)
+	}
+	return nil
+}
+
+// MonthCalls returns the user's counted calls on the UTC days starting at
+// or after monthStart (a day's start counts as the day). It returns the
+// database's error, if any.
+func (db *DB) MonthCalls(ctx context.Context, userID int64, monthStart time.Time) (int64, error) {
+	var n int64
+	err := db.db.QueryRowContext(ctx, `SELECT coalesce(sum(calls), 0) FROM usage_daily WHERE user_id = ? AND day >= ?`,
+		userID, micros(monthStart)).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: month calls: %w", err)
+	}
+	return n, nil
+}
+
+// Usage returns the user's usage as of now (see coinpulse.Usage): a user
+// without calls, or that does not exist, has zeros and 30 empty days. The
+// percentiles are bucket upper edges, per internal/meter/rollup. It
+// returns the database's error, if any.
+func (db *DB) Usage(ctx context.Context, userID int64, now time.Time) (*coinpulse.Usage, error) {
+	recent, err := db.recentCalls(ctx, userID)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: usage: %w", err)
+	}
+	keys, err := db.keyUsage(ctx, userID)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: usage: %w", err)
+	}
+	days, err := db.usageDays(ctx, userID, rollup.Since(now))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: usage: %w", err)
+	}
+	return rollup.Result(now, recent, keys, days), nil
+}
+
+func (db *DB) recentCalls(ctx context.Context, userID int64) ([]coinpulse.Call, error) {
+	rows, err := db.db.QueryContext(ctx, `
+		SELECT key_id, mode, at, method, route, status, duration_us, request_id, counted
+		FROM api_calls WHERE user_id = ? ORDER BY id DESC LIMIT ?`, userID, rollup.RecentCalls)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	calls := make([]coinpulse.Call, 0, rollup.RecentCalls)
+	for rows.Next() {
+		c := coinpulse.Call{UserID: userID}
+		var at, dur int64
+		if err := rows.Scan(&c.KeyID, &c.Mode, &at, &c.Method, &c.Route, &c.Status, &dur, &c.RequestID, &c.Counted); err != nil {
+			return nil, err
+		}
+		c.Time = fromMicros(at)
+		c.Duration = time.Duration(dur) * time.Microsecond
+		calls = append(calls, c)
+	}
+	return calls, rows.Err()
+}
+
+func (db *DB) keyUsage(ctx context.Context, userID int64) ([]coinpulse.KeyUsage, error) {
+	rows, err := db.db.QueryContext(ctx, `SELECT key_id, calls, last_call FROM key_usage WHERE user_id = ? ORDER BY key_id`, userID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	keys := []coinpulse.KeyUsage{}
+	for rows.Next() {
+		var k coinpulse.KeyUsage
+		var last int64
+		if err := rows.Scan(&k.KeyID, &k.Calls, &last); err != nil {
+			return nil, err
+		}
+		k.LastCall = fromMicros(last)
+		keys = append(keys, k)
+	}
+	return keys, rows.Err()
+}
+
+func (db *DB) usageDays(ctx context.Context, userID int64, since time.Time) ([]rollup.Day, error) {
+	rows, err := db.db.QueryContext(ctx, `SELECT day, calls, `+histColumns+` FROM usage_daily WHERE user_id = ? AND day >= ?`,
+		userID, micros(since))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var days []rollup.Day
+	dest := make([]any, 2+rollup.Buckets)
+	for rows.Next() {
+		d := rollup.Day{UserID: userID}
+		var day int64
+		dest[0], dest[1] = &day, &d.Calls
+		for i := range d.Latency {
+			dest[2+i] = &d.Latency[i]
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, err
+		}
+		d.Day = fromMicros(day)
+		days = append(days, d)
+	}
+	return days, rows.Err()
+}

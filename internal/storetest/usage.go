@@ -1,0 +1,513 @@
+package storetest
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"coinpulse"
+)
+
+// Contract tests of coinpulse.UsageStore. Percentiles are checked against
+// the resolution stores document (internal/meter/rollup): the reported
+// value is at least the true one and at most √2 times it.
+
+// usageNow is "now" for the usage tests: t0's day is the last of Daily.
+var usageNow = t0
+
+// call returns a live, counted call of key k at time at.
+func call(k *coinpulse.APIKey, at time.Time, d time.Duration, requestID string) coinpulse.Call {
+	return coinpulse.Call{
+		UserID:    k.UserID,
+		KeyID:     k.ID,
+		Mode:      k.Mode,
+		Time:      at,
+		Method:    "GET",
+		Route:     "/api/v1/coins/{idOrSymbol}",
+		Status:    200,
+		Duration:  d,
+		RequestID: requestID,
+		Counted:   true,
+	}
+}
+
+// record stores calls or fails t.
+func record(t *testing.T, s coinpulse.Store, calls ...coinpulse.Call) {
+	t.Helper()
+	if err := s.RecordCalls(t.Context(), calls); err != nil {
+		t.Fatalf("RecordCalls(%d calls): %v", len(calls), err)
+	}
+}
+
+// usage returns the user's usage as of now or fails t; it checks the
+// shape every Usage has: 30 consecutive UTC days ending with now's,
+// times in UTC.
+func usage(t *testing.T, s coinpulse.Store, userID int64, now time.Time) *coinpulse.Usage {
+	t.Helper()
+	u, err := s.Usage(t.Context(), userID, now)
+	if err != nil {
+		t.Fatalf("Usage(%d): %v", userID, err)
+	}
+	if len(u.Daily) != 30 {
+		t.Fatalf("Usage: %d days, want 30", len(u.Daily))
+	}
+	y, m, d := now.UTC().Date()
+	today := time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+	for i, day := range u.Daily {
+		if want := today.AddDate(0, 0, i-29); !day.Day.Equal(want) || day.Day.Location() != time.UTC {
+			t.Errorf("Daily[%d].Day = %v, want %v (UTC)", i, day.Day, want)
+		}
+	}
+	if len(u.Recent) > 50 {
+		t.Errorf("Usage: %d recent calls, want at most 50", len(u.Recent))
+	}
+	for i := range u.Recent {
+		wantUTC(t, "recent call", &u.Recent[i].Time)
+	}
+	for i := range u.Keys {
+		wantUTC(t, "key usage", &u.Keys[i].LastCall)
+	}
+	return u
+}
+
+// monthCalls returns MonthCalls or fails t.
+func monthCalls(t *testing.T, s coinpulse.Store, userID int64, monthStart time.Time) int64 {
+	t.Helper()
+	n, err := s.MonthCalls(t.Context(), userID, monthStart)
+	if err != nil {
+		t.Fatalf("MonthCalls: %v", err)
+	}
+	return n
+}
+
+// dailyCalls returns Daily's counts, oldest first.
+func dailyCalls(u *coinpulse.Usage) []int64 {
+	n := make([]int64, len(u.Daily))
+	for i, d := range u.Daily {
+		n[i] = d.Calls
+	}
+	return n
+}
+
+// wantPercentile fails t unless got reports want at the documented
+// resolution: want ≤ got ≤ √2 × want (plus a microsecond of rounding).
+func wantPercentile(t *testing.T, what string, got, want time.Duration) {
+	t.Helper()
+	hi := time.Duration(float64(want)*math.Sqrt2) + time.Microsecond
+	if got < want || got > hi {
+		t.Errorf("%s = %v, want between %v and %v", what, got, want, hi)
+	}
+}
+
+func testUsageRoundTrip(t *testing.T, s coinpulse.Store) {
+	u := newUser(t, s, "usage-rt@example.com")
+	k := newKey(t, s, u.ID, t0)
+	zone := time.FixedZone("X", -5*3600)
+	calls := []coinpulse.Call{
+		{
+			UserID: u.ID, KeyID: k.ID, Mode: coinpulse.ModeLive,
+			Time:   t0.Add(-time.Hour).In(zone),
+			Method: "GET", Route: "/api/v1/coins/{idOrSymbol}", Status: 200,
+			Duration: 1234567 * time.Nanosecond, RequestID: "req-1", Counted: true,
+		},
+		{
+			UserID: u.ID, KeyID: k.ID + 1000, Mode: coinpulse.ModeTest,
+			Time:   t0.Add(-time.Minute),
+			Method: "POST", Route: "/api/v1/portfolios", Status: 503,
+			Duration: 2 * time.Second, RequestID: "req-2", Counted: false,
+		},
+		{
+			UserID: u.ID, KeyID: k.ID, Mode: coinpulse.ModeLive,
+			Time:   t0,
+			Method: "GET", Route: "/api/v1/coins", Status: 304,
+			Duration: 0, RequestID: "", Counted: true,
+		},
+	}
+	record(t, s, calls...)
+	got := usage(t, s, u.ID, usageNow)
+
+	want := make([]coinpulse.Call, len(calls))
+	for i, c := range calls {
+		c.Time = us(c.Time)
+		c.Duration = c.Duration.Truncate(time.Microsecond)
+		want[len(calls)-1-i] = c
+	}
+	if diff := cmp.Diff(want, got.Recent); diff != "" {
+		t.Errorf("Recent mismatch (-want +got):\n%s", diff)
+	}
+	wantKeys := []coinpulse.KeyUsage{
+		{KeyID: k.ID, Calls: 2, LastCall: us(t0)},
+		{KeyID: k.ID + 1000, Calls: 1, LastCall: us(t0.Add(-time.Minute))},
+	}
+	if diff := cmp.Diff(wantKeys, got.Keys); diff != "" {
+		t.Errorf("Keys mismatch (-want +got):\n%s", diff)
+	}
+	if got.MonthCalls != 2 {
+		t.Errorf("MonthCalls = %d, want 2", got.MonthCalls)
+	}
+	if n := got.Daily[29].Calls; n != 2 {
+		t.Errorf("today's calls = %d, want 2", n)
+	}
+	// An empty batch is no error.
+	if err := s.RecordCalls(t.Context(), nil); err != nil {
+		t.Errorf("RecordCalls(nil): %v", err)
+	}
+}
+
+func testUsageRecent(t *testing.T, s coinpulse.Store) {
+	u := newUser(t, s, "usage-recent@example.com")
+	k := newKey(t, s, u.ID, t0)
+	// Three batches of 30: the 50 newest are the last recorded.
+	var n int
+	for range 3 {
+		var batch []coinpulse.Call
+		for range 30 {
+			batch = append(batch, call(k, t0.Add(time.Duration(n)*time.Second-time.Hour), time.Millisecond, fmt.Sprintf("r-%d", n)))
+			n++
+		}
+		record(t, s, batch...)
+		got := usage(t, s, u.ID, usageNow)
+		if len(got.Recent) != min(n, 50) {
+			t.Fatalf("after %d calls: %d recent, want %d", n, len(got.Recent), min(n, 50))
+		}
+		for i, c := range got.Recent {
+			if want := fmt.Sprintf("r-%d", n-1-i); c.RequestID != want {
+				t.Fatalf("after %d calls: Recent[%d] = %s, want %s", n, i, c.RequestID, want)
+			}
+		}
+	}
+	// One batch of 120 for another user: its last 50, newest first.
+	v := newUser(t, s, "usage-recent2@example.com")
+	kv := newKey(t, s, v.ID, t0)
+	var batch []coinpulse.Call
+	for i := range 120 {
+		batch = append(batch, call(kv, t0.Add(-time.Hour), time.Millisecond, fmt.Sprintf("v-%d", i)))
+	}
+	record(t, s, batch...)
+	got := usage(t, s, v.ID, usageNow)
+	if len(got.Recent) != 50 {
+		t.Fatalf("%d recent, want 50", len(got.Recent))
+	}
+	for i, c := range got.Recent {
+		if want := fmt.Sprintf("v-%d", 119-i); c.RequestID != want {
+			t.Fatalf("Recent[%d] = %s, want %s", i, c.RequestID, want)
+		}
+	}
+	// The first user's are untouched.
+	if got := usage(t, s, u.ID, usageNow); len(got.Recent) != 50 || got.Recent[0].RequestID != "r-89" {
+		t.Errorf("first user's recent calls changed")
+	}
+	if got.Keys[0].Calls != 120 || got.MonthCalls != 120 {
+		t.Errorf("key calls, MonthCalls = %d, %d; want 120, 120", got.Keys[0].Calls, got.MonthCalls)
+	}
+}
+
+func testUsageCounted(t *testing.T, s coinpulse.Store) {
+	u := newUser(t, s, "usage-counted@example.com")
+	k := newKey(t, s, u.ID, t0)
+	var batch []coinpulse.Call
+	for i := range 10 {
+		c := call(k, t0.Add(-time.Duration(i)*time.Minute), 100*time.Millisecond, "")
+		c.Counted = i%2 == 0 // 5 counted
+		batch = append(batch, c)
+	}
+	yesterday := call(k, t0.Add(-24*time.Hour), 100*time.Millisecond, "")
+	yesterday.Counted = false
+	record(t, s, append(batch, yesterday)...)
+	got := usage(t, s, u.ID, usageNow)
+	if got.MonthCalls != 5 {
+		t.Errorf("Usage MonthCalls = %d, want 5", got.MonthCalls)
+	}
+	if n := monthCalls(t, s, u.ID, time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC)); n != 5 {
+		t.Errorf("MonthCalls = %d, want 5", n)
+	}
+	want := make([]int64, 30)
+	want[29] = 5
+	if diff := cmp.Diff(want, dailyCalls(got)); diff != "" {
+		t.Errorf("Daily mismatch (-want +got):\n%s", diff)
+	}
+	if len(got.Keys) != 1 || got.Keys[0].Calls != 11 {
+		t.Errorf("Keys = %+v, want one key with 11 calls (counted or not)", got.Keys)
+	}
+	if len(got.Recent) != 11 {
+		t.Errorf("%d recent calls, want 11 (counted or not)", len(got.Recent))
+	}
+	// Percentiles take every call.
+	wantPercentile(t, "P50", got.P50, 100*time.Millisecond)
+}
+
+func testUsageMonthBoundary(t *testing.T, s coinpulse.Store) {
+	u := newUser(t, s, "usage-month@example.com")
+	k := newKey(t, s, u.ID, t0)
+	march := time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC)
+	zone := time.FixedZone("Y", 3*3600) // 1 March 02:59 here is still February in UTC
+	record(t, s,
+		call(k, march.Add(-time.Microsecond), time.Millisecond, "feb-last"),
+		call(k, march.Add(-time.Microsecond).In(zone), time.Millisecond, "feb-last-zoned"),
+		call(k, march.Add(-48*time.Hour), time.Millisecond, "feb-27"),
+		call(k, march, time.Millisecond, "mar-first"),
+		call(k, march.Add(13*24*time.Hour), time.Millisecond, "mar-14"),
+	)
+	if n := monthCalls(t, s, u.ID, march); n != 2 {
+		t.Errorf("MonthCalls(March) = %d, want 2", n)
+	}
+	if n := monthCalls(t, s, u.ID, march.AddDate(0, -1, 0)); n != 5 {
+		t.Errorf("MonthCalls(February) = %d, want 5", n)
+	}
+	if n := monthCalls(t, s, u.ID, march.AddDate(0, 1, 0)); n != 0 {
+		t.Errorf("MonthCalls(April) = %d, want 0", n)
+	}
+	got := usage(t, s, u.ID, usageNow) // 14 March: Daily starts 13 February
+	if got.MonthCalls != 2 {
+		t.Errorf("Usage MonthCalls = %d, want 2", got.MonthCalls)
+	}
+	want := make([]int64, 30)
+	want[29-13] = 1 // 1 March
+	want[29-14] = 2 // 28 February
+	want[29-15] = 1 // 27 February
+	want[29] = 1    // 14 March
+	if diff := cmp.Diff(want, dailyCalls(got)); diff != "" {
+		t.Errorf("Daily mismatch (-want +got):\n%s", diff)
+	}
+	// On 31 March the window starts 2 March, after the month's start: the
+	// month still counts 1 March.
+	end := time.Date(2025, 3, 31, 23, 59, 59, 0, time.UTC)
+	if got := usage(t, s, u.ID, end); got.MonthCalls != 2 {
+		t.Errorf("Usage(31 March) MonthCalls = %d, want 2", got.MonthCalls)
+	}
+}
+
+func testUsageDaily(t *testing.T, s coinpulse.Store) {
+	u := newUser(t, s, "usage-daily@example.com")
+	k := newKey(t, s, u.ID, t0)
+	day := func(back int) time.Time { return t0.AddDate(0, 0, -back) }
+	var batch []coinpulse.Call
+	add := func(back, n int, d time.Duration) {
+		for range n {
+			batch = append(batch, call(k, day(back), d, ""))
+		}
+	}
+	add(0, 3, time.Millisecond)
+	add(1, 1, time.Millisecond)
+	add(10, 4, time.Millisecond)
+	add(29, 2, time.Millisecond)
+	add(30, 7, 10*time.Second) // outside the window, also for percentiles
+	add(-1, 5, 10*time.Second) // tomorrow: not in Daily either
+	record(t, s, batch...)
+	got := usage(t, s, u.ID, usageNow)
+	want := make([]int64, 30)
+	want[29], want[28], want[19], want[0] = 3, 1, 4, 2
+	if diff := cmp.Diff(want, dailyCalls(got)); diff != "" {
+		t.Errorf("Daily mismatch (-want +got):\n%s", diff)
+	}
+	wantPercentile(t, "P99", got.P99, time.Millisecond)
+	// Now at the very end of the day, and in another zone: the same days.
+	y, m, d := t0.Date()
+	late := time.Date(y, m, d, 23, 59, 59, 999999999, time.UTC).In(time.FixedZone("Z", 10*3600))
+	if diff := cmp.Diff(want, dailyCalls(usage(t, s, u.ID, late))); diff != "" {
+		t.Errorf("Daily at the end of the day mismatch (-want +got):\n%s", diff)
+	}
+	// A day later, everything shifts by one and the oldest day drops out.
+	later := usage(t, s, u.ID, t0.AddDate(0, 0, 1))
+	want = make([]int64, 30)
+	want[29], want[28], want[27], want[18] = 5, 3, 1, 4
+	if diff := cmp.Diff(want, dailyCalls(later)); diff != "" {
+		t.Errorf("Daily a day later mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func testUsagePercentiles(t *testing.T, s coinpulse.Store) {
+	u := newUser(t, s, "usage-pct@example.com")
+	k := newKey(t, s, u.ID, t0)
+	var batch []coinpulse.Call
+	for i := range 100 {
+		d := time.Millisecond
+		if i%10 == 0 {
+			d = 100 * time.Millisecond
+		}
+		// Spread over several days and two batches: the histogram merges.
+		batch = append(batch, call(k, t0.AddDate(0, 0, -(i%5)), d, ""))
+	}
+	record(t, s, batch[:37]...)
+	record(t, s, batch[37:]...)
+	got := usage(t, s, u.ID, usageNow)
+	wantPercentile(t, "P50", got.P50, time.Millisecond)
+	wantPercentile(t, "P95", got.P95, 100*time.Millisecond)
+	wantPercentile(t, "P99", got.P99, 100*time.Millisecond)
+
+	// A single fast call.
+	v := newUser(t, s, "usage-pct2@example.com")
+	kv := newKey(t, s, v.ID, t0)
+	record(t, s, call(kv, t0, 300*time.Microsecond, ""))
+	got = usage(t, s, v.ID, usageNow)
+	for _, p := range []time.Duration{got.P50, got.P95, got.P99} {
+		wantPercentile(t, "percentile of one call", p, 300*time.Microsecond)
+	}
+}
+
+func testUsageKeys(t *testing.T, s coinpulse.Store) {
+	u := newUser(t, s, "usage-keys@example.com")
+	a := newKey(t, s, u.ID, t0)
+	b := newKey(t, s, u.ID, t0)
+	newKey(t, s, u.ID, t0) // no calls: not listed
+	var batch []coinpulse.Call
+	for i := range 7 {
+		batch = append(batch, call(a, t0.Add(-time.Duration(i)*time.Hour), time.Millisecond, ""))
+	}
+	for i := range 3 {
+		batch = append(batch, call(b, t0.Add(-time.Duration(i+10)*time.Hour), time.Millisecond, ""))
+	}
+	record(t, s, batch...)
+	// A later batch with earlier times: LastCall does not go back.
+	record(t, s, call(a, t0.Add(-48*time.Hour), time.Millisecond, ""), call(b, t0.Add(time.Minute), time.Millisecond, ""))
+	got := usage(t, s, u.ID, usageNow.Add(time.Hour))
+	want := []coinpulse.KeyUsage{
+		{KeyID: a.ID, Calls: 8, LastCall: us(t0)},
+		{KeyID: b.ID, Calls: 4, LastCall: us(t0.Add(time.Minute))},
+	}
+	if diff := cmp.Diff(want, got.Keys); diff != "" {
+		t.Errorf("Keys mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func testUsageIsolated(t *testing.T, s coinpulse.Store) {
+	u := newUser(t, s, "usage-iso1@example.com")
+	v := newUser(t, s, "usage-iso2@example.com")
+	ku := newKey(t, s, u.ID, t0)
+	kv := newKey(t, s, v.ID, t0)
+	var batch []coinpulse.Call
+	for i := range 60 {
+		batch = append(batch, call(ku, t0, time.Millisecond, fmt.Sprintf("u-%d", i)))
+		if i < 4 {
+			batch = append(batch, call(kv, t0, 100*time.Millisecond, fmt.Sprintf("v-%d", i)))
+		}
+	}
+	record(t, s, batch...)
+	gu, gv := usage(t, s, u.ID, usageNow), usage(t, s, v.ID, usageNow)
+	if gu.MonthCalls != 60 || gv.MonthCalls != 4 {
+		t.Errorf("MonthCalls = %d, %d; want 60, 4", gu.MonthCalls, gv.MonthCalls)
+	}
+	if len(gu.Recent) != 50 || len(gv.Recent) != 4 {
+		t.Errorf("recent calls = %d, %d; want 50, 4", len(gu.Recent), len(gv.Recent))
+	}
+	for _, c := range gv.Recent {
+		if c.UserID != v.ID || c.KeyID != kv.ID {
+			t.Errorf("v's recent call %+v is not v's", c)
+		}
+	}
+	if len(gu.Keys) != 1 || gu.Keys[0].KeyID != ku.ID || len(gv.Keys) != 1 || gv.Keys[0].KeyID != kv.ID {
+		t.Errorf("Keys = %+v, %+v; want each user's own", gu.Keys, gv.Keys)
+	}
+	wantPercentile(t, "u's P99", gu.P99, time.Millisecond)
+	wantPercentile(t, "v's P50", gv.P50, 100*time.Millisecond)
+}
+
+func testUsageEmpty(t *testing.T, s coinpulse.Store) {
+	u := newUser(t, s, "usage-empty@example.com")
+	for _, id := range []int64{u.ID, u.ID + 1000} { // also a user that does not exist
+		got := usage(t, s, id, usageNow)
+		if got.MonthCalls != 0 || len(got.Recent) != 0 || len(got.Keys) != 0 || got.P50 != 0 || got.P95 != 0 || got.P99 != 0 {
+			t.Errorf("Usage(%d) = %+v, want zeros", id, got)
+		}
+		if diff := cmp.Diff(make([]int64, 30), dailyCalls(got)); diff != "" {
+			t.Errorf("Daily mismatch (-want +got):\n%s", diff)
+		}
+		if n := monthCalls(t, s, id, time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC)); n != 0 {
+			t.Errorf("MonthCalls = %d, want 0", n)
+		}
+	}
+}
+
+func testUsageUnknownUser(t *testing.T, s coinpulse.Store) {
+	u := newUser(t, s, "usage-unknown@example.com")
+	k := newKey(t, s, u.ID, t0)
+	ghost := call(k, t0, time.Millisecond, "ghost")
+	ghost.UserID = u.ID + 1000
+	ghost.KeyID = k.ID + 1000
+	// A call of a user that does not exist is left out; the rest are kept.
+	record(t, s, call(k, t0, time.Millisecond, "real"), ghost)
+	if got := usage(t, s, u.ID, usageNow); got.MonthCalls != 1 || len(got.Recent) != 1 || got.Recent[0].RequestID != "real" {
+		t.Errorf("Usage = %+v, want the one real call", got)
+	}
+	if got := usage(t, s, ghost.UserID, usageNow); got.MonthCalls != 0 || len(got.Recent) != 0 || len(got.Keys) != 0 {
+		t.Errorf("unknown user's Usage = %+v, want nothing", got)
+	}
+	// Only unknown users: nothing to do, no error.
+	record(t, s, ghost)
+}
+
+func testUsageInvalid(t *testing.T, s coinpulse.Store) {
+	u := newUser(t, s, "usage-invalid@example.com")
+	k := newKey(t, s, u.ID, t0)
+	bad := call(k, t0, time.Millisecond, "bad")
+	bad.Mode = "prod"
+	err := s.RecordCalls(t.Context(), []coinpulse.Call{call(k, t0, time.Millisecond, "good"), bad})
+	wantCode(t, err, coinpulse.CodeValidation)
+	if got := usage(t, s, u.ID, usageNow); got.MonthCalls != 0 || len(got.Recent) != 0 || len(got.Keys) != 0 {
+		t.Errorf("after a rejected batch Usage = %+v, want nothing", got)
+	}
+}
+
+func testUsageRetention(t *testing.T, s coinpulse.Store) {
+	u := newUser(t, s, "usage-retention@example.com")
+	k := newKey(t, s, u.ID, t0)
+	old := t0.AddDate(0, 0, -400)
+	kept := t0.AddDate(0, 0, -399)
+	record(t, s, call(k, old, time.Millisecond, ""), call(k, kept, time.Millisecond, ""))
+	if n := monthCalls(t, s, u.ID, old.AddDate(0, 0, -1)); n != 2 {
+		t.Fatalf("MonthCalls before pruning = %d, want 2", n)
+	}
+	// A call 400 days after the first: that day goes, the next stays.
+	record(t, s, call(k, t0, time.Millisecond, ""))
+	if n := monthCalls(t, s, u.ID, old.AddDate(0, 0, -1)); n != 2 {
+		t.Errorf("MonthCalls after pruning = %d, want 2 (400 days kept)", n)
+	}
+	// Key totals are all-time.
+	if got := usage(t, s, u.ID, usageNow); len(got.Keys) != 1 || got.Keys[0].Calls != 3 {
+		t.Errorf("Keys = %+v, want 3 calls", got.Keys)
+	}
+}
+
+func testUsageConcurrent(t *testing.T, s coinpulse.Store) {
+	u := newUser(t, s, "usage-conc1@example.com")
+	v := newUser(t, s, "usage-conc2@example.com")
+	keys := []*coinpulse.APIKey{newKey(t, s, u.ID, t0), newKey(t, s, u.ID, t0), newKey(t, s, v.ID, t0)}
+	const writers, batches, per = 8, 5, 40
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*batches)
+	for w := range writers {
+		wg.Go(func() {
+			for b := range batches {
+				var batch []coinpulse.Call
+				// Each writer goes through the keys in its own order.
+				for i := range per {
+					k := keys[(w+b+i)%len(keys)]
+					batch = append(batch, call(k, t0.AddDate(0, 0, -(i%3)), time.Millisecond, ""))
+				}
+				if err := s.RecordCalls(t.Context(), batch); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("RecordCalls: %v", err)
+	}
+	gu, gv := usage(t, s, u.ID, usageNow), usage(t, s, v.ID, usageNow)
+	var sum int64
+	for _, k := range append(gu.Keys, gv.Keys...) {
+		sum += k.Calls
+	}
+	if total := int64(writers * batches * per); sum != total || gu.MonthCalls+gv.MonthCalls != total {
+		t.Errorf("key sums, MonthCalls = %d, %d; want %d each", sum, gu.MonthCalls+gv.MonthCalls, total)
+	}
+	if len(gu.Recent) != 50 || len(gv.Recent) != 50 {
+		t.Errorf("recent calls = %d, %d; want 50 each", len(gu.Recent), len(gv.Recent))
+	}
+}
