@@ -1,29 +1,136 @@
 package coinpulse
 
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+)
+
 // Unlimited marks a plan figure with no cap.
 const Unlimited = -1
 
-// Plan is what a tier allows. The operator's plan file (a later issue)
-// replaces DefaultPlans.
+// Endpoints says which API endpoints a plan reaches.
+type Endpoints string
+
+// The endpoint sets a plan can give.
+const (
+	// EndpointsNone: no API access; /usage still answers.
+	EndpointsNone Endpoints = "none"
+	// EndpointsBasic: /markets, /markets/search, /markets/global,
+	// /coins/{id} (and /markets/{id}), /usage.
+	EndpointsBasic Endpoints = "basic"
+	// EndpointsAll: every endpoint.
+	EndpointsAll Endpoints = "all"
+)
+
+// Plan is what a tier allows.
 type Plan struct {
 	Tier         Tier
 	MonthlyCalls int64 // Unlimited or a count
 	PerMinute    int
 	PerSecond    int
-	// AllEndpoints is false for a plan limited to the basic endpoints.
-	AllEndpoints    bool
-	Webhooks        bool // webhooks and WebSocket
-	MaxPortfolios   int  // 0: no access; Unlimited
-	MaxActiveAlerts int  // 0: no access; Unlimited
+	Endpoints    Endpoints
+	Webhooks     bool // webhooks and WebSocket
+	// MaxPortfolios and MaxActiveAlerts: 0 none, Unlimited, or a count.
+	MaxPortfolios   int
+	MaxActiveAlerts int
 }
 
-// DefaultPlans is the SPEC's shipped plan table.
+// Limits returns the plan's rate limits.
+func (p Plan) Limits() Limits {
+	return Limits{PerSecond: p.PerSecond, PerMinute: p.PerMinute, Monthly: p.MonthlyCalls}
+}
+
+//go:embed plans/default.json
+var defaultPlansJSON []byte
+
+// DefaultPlans is the SPEC's shipped plan table, plans/default.json.
 func DefaultPlans() map[Tier]Plan {
-	return map[Tier]Plan{
-		TierFree:       {Tier: TierFree, MonthlyCalls: 1000, PerMinute: 60, PerSecond: 5},
-		TierPremium:    {Tier: TierPremium, MonthlyCalls: 10000, PerMinute: 60, PerSecond: 5, AllEndpoints: true, Webhooks: true, MaxPortfolios: 10, MaxActiveAlerts: 100},
-		TierPro:        {Tier: TierPro, MonthlyCalls: Unlimited, PerMinute: 60, PerSecond: 5, AllEndpoints: true, Webhooks: true, MaxPortfolios: 50, MaxActiveAlerts: 1000},
-		TierEnterprise: {Tier: TierEnterprise, MonthlyCalls: Unlimited, PerMinute: 600, PerSecond: 50, AllEndpoints: true, Webhooks: true, MaxPortfolios: Unlimited, MaxActiveAlerts: Unlimited},
-		TierBusiness:   {Tier: TierBusiness, MonthlyCalls: Unlimited, PerMinute: 600, PerSecond: 50, AllEndpoints: true, Webhooks: true, MaxPortfolios: Unlimited, MaxActiveAlerts: Unlimited},
+	plans, err := LoadPlans(bytes.NewReader(defaultPlansJSON))
+	if err != nil {
+		panic("plans/default.json: " + err.Error())
 	}
+	return plans
+}
+
+// figure is a plan number in a plan file: a count, or "unlimited".
+type figure int64
+
+func (f *figure) UnmarshalJSON(b []byte) error {
+	if string(b) == `"unlimited"` {
+		*f = Unlimited
+		return nil
+	}
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil || n < 0 {
+		return fmt.Errorf(`want a whole number >= 0 or "unlimited", got %s`, b)
+	}
+	*f = figure(n)
+	return nil
+}
+
+type planFile struct {
+	Comment string `json:"_comment"`
+	Plans   []struct {
+		Tier            Tier      `json:"tier"`
+		MonthlyCalls    *figure   `json:"monthly_calls"`
+		PerMinute       *figure   `json:"per_minute"`
+		PerSecond       *figure   `json:"per_second"`
+		Endpoints       Endpoints `json:"endpoints"`
+		Webhooks        bool      `json:"webhooks"`
+		MaxPortfolios   *figure   `json:"max_portfolios"`
+		MaxActiveAlerts *figure   `json:"max_active_alerts"`
+	} `json:"plans"`
+}
+
+// LoadPlans reads a plan file (JSON, the format of plans/default.json):
+// every tier exactly once, every figure given. Unknown fields are errors,
+// so that a misspelt limit is not silently ignored.
+func LoadPlans(r io.Reader) (map[Tier]Plan, error) {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	var f planFile
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("plan file: %w", err)
+	}
+	plans := make(map[Tier]Plan, len(Tiers))
+	for i, p := range f.Plans {
+		where := fmt.Sprintf("plan file: plans[%d] (%q)", i, p.Tier)
+		if _, err := ParseTier(string(p.Tier)); err != nil {
+			return nil, fmt.Errorf("%s: tier must be one of free, premium, pro, enterprise, business", where)
+		}
+		if _, dup := plans[p.Tier]; dup {
+			return nil, fmt.Errorf("%s: tier given twice", where)
+		}
+		for name, v := range map[string]*figure{"monthly_calls": p.MonthlyCalls, "per_minute": p.PerMinute, "per_second": p.PerSecond,
+			"max_portfolios": p.MaxPortfolios, "max_active_alerts": p.MaxActiveAlerts} {
+			if v == nil {
+				return nil, fmt.Errorf("%s: %s is missing", where, name)
+			}
+		}
+		if *p.PerMinute == Unlimited || *p.PerSecond == Unlimited || *p.PerMinute == 0 || *p.PerSecond == 0 {
+			return nil, fmt.Errorf("%s: per_minute and per_second must be whole numbers above 0", where)
+		}
+		switch p.Endpoints {
+		case EndpointsNone, EndpointsBasic, EndpointsAll:
+		default:
+			return nil, fmt.Errorf("%s: endpoints must be none, basic or all", where)
+		}
+		if *p.MonthlyCalls == 0 && p.Endpoints != EndpointsNone {
+			return nil, fmt.Errorf(`%s: monthly_calls is 0 but endpoints is %q: give a number above 0, "unlimited", or endpoints "none"`, where, p.Endpoints)
+		}
+		plans[p.Tier] = Plan{
+			Tier: p.Tier, MonthlyCalls: int64(*p.MonthlyCalls), PerMinute: int(*p.PerMinute), PerSecond: int(*p.PerSecond),
+			Endpoints: p.Endpoints, Webhooks: p.Webhooks, MaxPortfolios: int(*p.MaxPortfolios), MaxActiveAlerts: int(*p.MaxActiveAlerts),
+		}
+	}
+	for _, t := range Tiers {
+		if _, ok := plans[t]; !ok {
+			return nil, fmt.Errorf("plan file: no plan for tier %q", t)
+		}
+	}
+	return plans, nil
 }

@@ -9,13 +9,20 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"coinpulse"
 	"coinpulse/internal/api"
 	"coinpulse/internal/feed/sim"
 	"coinpulse/internal/market"
+	"coinpulse/internal/meter"
+	"coinpulse/internal/ratelimit"
 )
 
 // serveConfig is everything serve reads from flags and environment.
@@ -28,6 +35,10 @@ type serveConfig struct {
 	minMoverVolume           float64
 	logLevel, logFormat      string
 	demo                     bool
+	plans                    map[coinpulse.Tier]coinpulse.Plan
+	plansFile, redis, limits string
+	redisPrefix              string
+	meterInterval            time.Duration
 }
 
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
@@ -47,6 +58,11 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
 	fs.BoolVar(&c.demo, "demo", true, "on a fresh database, create a demo account and print its keys")
+	fs.StringVar(&c.plansFile, "plans", "", "plan file (JSON, see plans/default.json); default: the shipped plans")
+	fs.StringVar(&c.redis, "redis", "", "Redis URL (redis://host:6379/0) for rate limits shared by several nodes; default: in-process")
+	fs.StringVar(&c.redisPrefix, "redis-prefix", ratelimit.DefaultPrefix, "prefix of the limiter's Redis keys (to keep deployments sharing a Redis apart)")
+	fs.StringVar(&c.limits, "limits", "on", "on, or off to serve without rate limits and metering (for measuring their cost)")
+	fs.DurationVar(&c.meterInterval, "meter-interval", meter.DefaultInterval, "longest a metered call waits before it is written")
 	if err := parseFlags(fs, args, getenv); err != nil {
 		return c, err
 	}
@@ -60,6 +76,21 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, fmt.Errorf("--max-body %d: must be at least 1024", c.maxBody)
 	case c.simCoins > 100_000:
 		return c, fmt.Errorf("--sim-coins %d: at most 100000", c.simCoins)
+	case c.limits != "on" && c.limits != "off":
+		return c, fmt.Errorf("--limits %q: on or off", c.limits)
+	case c.meterInterval < 10*time.Millisecond || c.meterInterval > time.Second:
+		return c, fmt.Errorf("--meter-interval %s: from 10ms to 1s (a crash loses at most one interval)", c.meterInterval)
+	}
+	c.plans = coinpulse.DefaultPlans()
+	if c.plansFile != "" {
+		f, err := os.Open(c.plansFile)
+		if err != nil {
+			return c, fmt.Errorf("--plans: %w", err)
+		}
+		defer f.Close()
+		if c.plans, err = coinpulse.LoadPlans(f); err != nil {
+			return c, fmt.Errorf("--plans %s: %w", c.plansFile, err)
+		}
 	}
 	return c, nil
 }
@@ -101,7 +132,20 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	log.Warn("market data is SIMULATED: prices are made up by the sim feed", "feed", feed.String())
 	engine := market.New(market.Config{Feed: feed, Store: store, Log: log, Refresh: cfg.refresh, MinMoverVolume: cfg.minMoverVolume})
-	srv := api.New(api.Config{Store: store, Market: engine, Log: log, MaxBody: cfg.maxBody})
+	apiCfg := api.Config{Store: store, Market: engine, Log: log, MaxBody: cfg.maxBody, Plans: cfg.plans}
+	var mtr *meter.Meter
+	if cfg.limits == "on" {
+		limiter, closeLimiter, err := newLimiter(ctx, cfg, store, log)
+		if err != nil {
+			return err
+		}
+		defer closeLimiter()
+		mtr = meter.New(store, log, meter.Options{Interval: cfg.meterInterval})
+		apiCfg.Limiter, apiCfg.Meter = limiter, mtr
+	} else {
+		log.Warn("rate limits and metering are OFF (--limits off)")
+	}
+	srv := api.New(apiCfg)
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
@@ -120,6 +164,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	defer stopBG()
 	var wg sync.WaitGroup
 	wg.Go(func() { srv.Run(bg) })
+	if mtr != nil {
+		wg.Go(func() { mtr.Run(bg) })
+	}
 	wg.Go(func() {
 		if err := engine.Load(bg); err != nil {
 			if bg.Err() == nil {
@@ -146,6 +193,15 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout)
 	defer cancel()
 	err = hs.Shutdown(sctx)
+	if mtr != nil {
+		// Every call the drained server admitted is written before the
+		// store closes.
+		mctx, mcancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout)
+		defer mcancel()
+		if merr := mtr.Close(mctx); merr != nil {
+			log.Error("metering not drained", "err", merr)
+		}
+	}
 	stopBG()
 	wg.Wait()
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -153,6 +209,36 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// newLimiter returns the limiter cfg asks for: Redis when --redis is set,
+// else in-process. Either seeds a month's count from the metered calls in
+// the store, so that a restart resets nobody's allowance.
+func newLimiter(ctx context.Context, cfg serveConfig, store coinpulse.Store, log *slog.Logger) (coinpulse.Limiter, func(), error) {
+	seed := func(ctx context.Context, account string, month time.Time) (int64, error) {
+		id, err := strconv.ParseInt(strings.TrimPrefix(account, "u"), 10, 64)
+		if err != nil || !strings.HasPrefix(account, "u") {
+			return 0, nil // sandbox accounts have no monthly allowance
+		}
+		return store.MonthCalls(ctx, id, month)
+	}
+	if cfg.redis == "" {
+		log.Info("rate limits in process (one node); use --redis to share them between nodes")
+		return ratelimit.NewMemory(time.Now, seed), func() {}, nil
+	}
+	opts, err := redis.ParseURL(cfg.redis)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--redis: %w", err)
+	}
+	client := redis.NewClient(opts)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := client.Ping(pctx).Err(); err != nil {
+		client.Close()
+		return nil, nil, fmt.Errorf("--redis %s: %w", opts.Addr, err)
+	}
+	log.Info("rate limits in Redis", "addr", opts.Addr)
+	return ratelimit.NewRedis(client, seed, ratelimit.WithPrefix(cfg.redisPrefix)), func() { client.Close() }, nil
 }
 
 // DemoEmail is the account serve creates on a fresh database.

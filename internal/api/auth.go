@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +18,14 @@ import (
 type principal struct {
 	key  *coinpulse.APIKey
 	user *coinpulse.User
+	// live and sandbox name the account to the limiter: its allowance,
+	// and the abuse limit its sandbox calls (and /usage) are held to.
+	live, sandbox string
+}
+
+func newPrincipal(k *coinpulse.APIKey, u *coinpulse.User) *principal {
+	id := strconv.FormatInt(u.ID, 10)
+	return &principal{key: k, user: u, live: "u" + id, sandbox: "t" + id}
 }
 
 // keyFromRequest reads the key from Authorization: Bearer or X-API-Key.
@@ -88,7 +97,11 @@ func (s *Server) authorize(p *principal, r *http.Request, rt Route) error {
 	if !ok {
 		return coinpulse.Errorf(coinpulse.CodePermissionDenied, "Your account's tier %q has no plan; contact support.", u.Tier)
 	}
-	if !rt.Basic && !plan.AllEndpoints {
+	switch {
+	case rt.Free:
+	case plan.Endpoints == coinpulse.EndpointsNone:
+		return coinpulse.Errorf(coinpulse.CodePermissionDenied, "The %s plan has no API access (only /usage answers). Upgrade at /user/api to use %s.", u.Tier, routeLabel(rt))
+	case !rt.Basic && plan.Endpoints != coinpulse.EndpointsAll:
 		return coinpulse.Errorf(coinpulse.CodePermissionDenied, "The %s plan includes only the basic endpoints (/markets, /markets/search, /markets/global, /coins/{id}, /usage). Upgrade to premium or higher at /user/api to use %s.", u.Tier, routeLabel(rt))
 	}
 	return nil
@@ -148,7 +161,7 @@ func (c *keyCache) lookup(ctx context.Context, sum [sha256.Size]byte) (*principa
 		if err != nil {
 			return nil, err
 		}
-		p = &principal{key: k, user: u}
+		p = newPrincipal(k, u)
 	}
 	c.mu.Lock()
 	if c.epoch == epoch { // a revocation since we read would make p stale

@@ -68,6 +68,22 @@ func (m *metrics) watch(s *Server) {
 			return float64(len(s.keys.entries))
 		}),
 	)
+	if m, ok := s.meterer.(interface {
+		Dropped() uint64
+		Pending() int
+	}); ok {
+		m2 := m
+		s.metrics.reg.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "coinpulse_meter_dropped_total",
+				Help: "Admitted calls the metering queue had no room for (not metered; alert on any).",
+			}, func() float64 { return float64(m2.Dropped()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "coinpulse_meter_pending",
+				Help: "Metered calls waiting to be written to the database.",
+			}, func() float64 { return float64(m2.Pending()) }),
+		)
+	}
 }
 
 // routeMetrics are one route's pre-resolved collectors.

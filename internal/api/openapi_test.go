@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 
@@ -56,6 +59,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 			if got, _ := op.Extensions["x-coinpulse-tier"].(string); got != want {
 				t.Errorf("%s %s: spec says tier %q, route table %q", rt.Method, rt.Path, got, want)
 			}
+			checkKeyedOperation(t, rt.Method+" "+rt.Path, op)
 		}
 	}
 	slices.Sort(inSpec)
@@ -68,6 +72,49 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	for _, r := range inSpec {
 		if !slices.Contains(served, r) {
 			t.Errorf("in openapi.json but not served: %s", r)
+		}
+	}
+}
+
+// rateLimitHeaders are the headers of every response to an authenticated
+// call, when the server limits calls.
+var rateLimitHeaders = []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit", "RateLimit-Policy"}
+
+// checkKeyedOperation checks what every keyed operation documents: the
+// X-Sandbox-Simulate parameter, 429 with Retry-After and the rate-limit
+// headers, the rate-limit headers on its successes, and 503 (the limiter
+// may be unreachable; a sandbox key may simulate a timeout).
+func checkKeyedOperation(t *testing.T, name string, op *openapi3.Operation) {
+	t.Helper()
+	simulate := false
+	for _, p := range op.Parameters {
+		if p.Value.In == "header" && p.Value.Name == "X-Sandbox-Simulate" {
+			simulate = true
+		}
+	}
+	if !simulate {
+		t.Errorf("%s: no X-Sandbox-Simulate parameter", name)
+	}
+	for _, status := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
+		if op.Responses.Status(status) == nil {
+			t.Errorf("%s: no %d response", name, status)
+		}
+	}
+	if r := op.Responses.Status(http.StatusTooManyRequests); r != nil {
+		for _, h := range append([]string{"Retry-After"}, rateLimitHeaders...) {
+			if r.Value.Headers[h] == nil {
+				t.Errorf("%s: the 429 does not document %s", name, h)
+			}
+		}
+	}
+	for code, r := range op.Responses.Map() {
+		if !strings.HasPrefix(code, "2") {
+			continue
+		}
+		for _, h := range rateLimitHeaders {
+			if r.Value.Headers[h] == nil {
+				t.Errorf("%s: the %s does not document %s", name, code, h)
+			}
 		}
 	}
 }
@@ -94,6 +141,10 @@ func TestResponsesMatchSpec(t *testing.T) {
 		{"/coins/{idOrSymbol}", "/api/v1/coins/ton", key},
 		{"/coins/{idOrSymbol}", "/api/v1/coins/nope-nope", key},
 		{"/coins/{idOrSymbol}/history", "/api/v1/coins/bitcoin/history?days=max", key},
+		{"/usage", "/api/v1/usage", key}, // no limiter: no windows
+		{"/usage", "/api/v1/usage", free},
+		{"/usage", "/api/v1/usage?days=7", key},
+		{"/usage", "/api/v1/usage", ""},
 		{"/healthz", "/healthz", ""},
 		{"/readyz", "/readyz", ""},
 	}
@@ -103,6 +154,7 @@ func TestResponsesMatchSpec(t *testing.T) {
 		})
 	}
 	t.Run("portfolios", func(t *testing.T) { portfoliosMatchSpec(t, doc, srv) })
+	t.Run("limits", func(t *testing.T) { limitsMatchSpec(t, doc) })
 	// The spec and docs are served as they are embedded.
 	for _, path := range []string{"/api/v1/openapi.json", "/v1/openapi.json"} {
 		rec := httptest.NewRecorder()
@@ -136,8 +188,22 @@ func TestResponsesMatchSpec(t *testing.T) {
 // checkResponse checks a real response against the spec of method route:
 // the status is documented, the body validates against the schema for it
 // (JSON Schema 2020-12, formats on), every member of the body is one the
-// schema names, and the documented headers are sent.
+// schema names, and the documented headers are sent, their values valid.
+// The rate-limit headers may be missing: the server may have no limiter.
 func checkResponse(t *testing.T, doc *openapi3.T, method, route string, res *response) {
+	t.Helper()
+	checkResponseOf(t, doc, method, route, res, false)
+}
+
+// checkLimitedResponse is checkResponse for a server that limits calls:
+// the documented rate-limit headers must be sent too, and Retry-After on a
+// 429.
+func checkLimitedResponse(t *testing.T, doc *openapi3.T, method, route string, res *response) {
+	t.Helper()
+	checkResponseOf(t, doc, method, route, res, true)
+}
+
+func checkResponseOf(t *testing.T, doc *openapi3.T, method, route string, res *response, limited bool) {
 	t.Helper()
 	op := specOperation(t, doc, method, route)
 	ref := op.Responses.Status(res.Status)
@@ -158,10 +224,39 @@ func checkResponse(t *testing.T, doc *openapi3.T, method, route string, res *res
 	if extra := undocumented(media.Schema.Value, body, ""); len(extra) > 0 {
 		t.Errorf("%s %s: %d body has members the spec does not describe: %v", method, route, res.Status, extra)
 	}
-	for name := range ref.Value.Headers {
-		if name != "Retry-After" && name != "Allow" && res.Header.Get(name) == "" {
+	for name, h := range ref.Value.Headers {
+		value := res.Header.Get(name)
+		switch {
+		case value == "" && name == "Retry-After" && limited && res.Status == http.StatusTooManyRequests:
+			t.Errorf("%s %s: 429 without Retry-After", method, route)
+		case value == "" && (name == "Retry-After" || name == "Allow"):
+		case value == "" && slices.Contains(rateLimitHeaders, name) && !limited:
+		case value == "":
 			t.Errorf("%s %s: documented header %s missing from the %d response", method, route, name, res.Status)
+		default:
+			checkHeaderValue(t, fmt.Sprintf("%s %s: %d: header %s", method, route, res.Status, name), h.Value.Schema, value)
 		}
+	}
+}
+
+// checkHeaderValue checks a header's value against its documented schema;
+// an integer header must be a decimal integer.
+func checkHeaderValue(t *testing.T, what string, schema *openapi3.SchemaRef, value string) {
+	t.Helper()
+	if schema == nil || schema.Value == nil {
+		return
+	}
+	var v any = value
+	if schema.Value.Type.Is("integer") {
+		n, err := strconv.ParseInt(value, 10, 64)
+		if err != nil {
+			t.Errorf("%s: %q is not an integer", what, value)
+			return
+		}
+		v = float64(n)
+	}
+	if err := schema.Value.VisitJSON(v, openapi3.EnableJSONSchema2020(), openapi3.EnableFormatValidation()); err != nil {
+		t.Errorf("%s: %q does not match the spec: %v", what, value, err)
 	}
 }
 
@@ -506,6 +601,159 @@ func portfoliosMatchSpec(t *testing.T, doc *openapi3.T, srv *Server) {
 			}
 		}
 	}
+}
+
+// limitedCall sends c through srv, a server that limits calls, with
+// headers (name, value pairs), and checks the answer against the spec of
+// its operation and status, the rate-limit headers included.
+func limitedCall(t *testing.T, doc *openapi3.T, srv *Server, c specCall, headers ...string) *response {
+	t.Helper()
+	res := do(t, srv, c.method, c.target, c.key, headers...)
+	if res.Status != c.status || (c.code != "" && res.Error.Code != string(c.code)) {
+		t.Fatalf("%s %s %v: got %d %s, want %d %s\n%s", c.method, c.target, headers, res.Status, res.Error.Code, c.status, c.code, truncate(string(res.Raw), 2000))
+	}
+	checkLimitedResponse(t, doc, c.method, c.route, res)
+	return res
+}
+
+// usageWindows is what the limits tests read of a /usage answer.
+type usageWindows struct {
+	Endpoints    string `json:"endpoints"`
+	Mode         string `json:"mode"`
+	MonthCalls   int64  `json:"month_calls"`
+	MonthlyLimit *int64 `json:"monthly_limit"`
+	Windows      []struct {
+		Window    string     `json:"window"`
+		Limit     *int64     `json:"limit"`
+		Remaining *int64     `json:"remaining"`
+		ResetsAt  *time.Time `json:"resets_at"`
+	} `json:"windows"`
+}
+
+// limitsMatchSpec walks the rate limits through servers that limit calls,
+// each answer checked against the spec, rate-limit headers included: a
+// free account's burst and its 429, /usage with live and sandbox keys,
+// simulated failures, a monthly allowance used up, a plan without API
+// access and an expired subscription.
+func limitsMatchSpec(t *testing.T, doc *openapi3.T) {
+	srv := newLimitedServer(t, nil)
+	u := newUser(t, coinpulse.TierFree, nil)
+	live, _ := newKey(t, u, coinpulse.ModeLive, rw, nil)
+	sandbox, _ := newKey(t, u, coinpulse.ModeTest, rw, nil)
+	now := srv.clock()
+	month := coinpulse.MonthStart(now)
+	monthSeconds := int64(month.AddDate(0, 1, 0).Sub(month) / time.Second)
+	global := specCall{method: "GET", route: "/markets/global", target: "/api/v1/markets/global"}
+	usage := specCall{method: "GET", route: "/usage", target: "/api/v1/usage"}
+	with := func(c specCall, key string, status int, code coinpulse.Code) specCall {
+		c.key, c.status, c.code = key, status, code
+		return c
+	}
+
+	// The free plan's burst: 5 calls at once, then 429 naming the second.
+	wantPolicy := fmt.Sprintf(`"second";q=5;w=1, "minute";q=60;w=60, "month";q=1000;w=%d`, monthSeconds)
+	for i := 1; i <= 5; i++ {
+		res := limitedCall(t, doc, srv.Server, with(global, live, http.StatusOK, ""))
+		if h := res.Header; h.Get("X-RateLimit-Limit") != "5" || h.Get("X-RateLimit-Remaining") != strconv.Itoa(5-i) || h.Get("RateLimit-Policy") != wantPolicy {
+			t.Errorf("call %d: X-RateLimit-Limit %q, -Remaining %q, RateLimit-Policy %q; want 5, %d, %s",
+				i, h.Get("X-RateLimit-Limit"), h.Get("X-RateLimit-Remaining"), h.Get("RateLimit-Policy"), 5-i, wantPolicy)
+		}
+	}
+	res := limitedCall(t, doc, srv.Server, with(global, live, http.StatusTooManyRequests, coinpulse.CodeRateLimitExceeded))
+	if h := res.Header; h.Get("Retry-After") != "1" || h.Get("X-RateLimit-Remaining") != "0" || !strings.HasPrefix(h.Get("RateLimit"), `"second";r=0;t=`) ||
+		!strings.Contains(res.Error.Message, "5 calls per second") {
+		t.Errorf("429: Retry-After %q, X-RateLimit-Remaining %q, RateLimit %q, message %q", h.Get("Retry-After"), h.Get("X-RateLimit-Remaining"), h.Get("RateLimit"), res.Error.Message)
+	}
+
+	// /usage answers with nothing left in the second: it is held to the
+	// sandbox abuse limit, which its headers describe; its body describes
+	// the plan's windows.
+	srv.flush(t)
+	res = limitedCall(t, doc, srv.Server, with(usage, live, http.StatusOK, ""))
+	if res.Header.Get("X-RateLimit-Limit") != "50" {
+		t.Errorf("/usage: X-RateLimit-Limit %q, want the abuse limit's 50", res.Header.Get("X-RateLimit-Limit"))
+	}
+	v := decode[usageWindows](t, res)
+	if v.Mode != "live" || v.Endpoints != "basic" || v.MonthCalls != 5 || v.MonthlyLimit == nil || *v.MonthlyLimit != 1000 || len(v.Windows) != 3 ||
+		*v.Windows[0].Remaining != 0 || *v.Windows[1].Remaining != 55 || *v.Windows[2].Limit != 1000 || *v.Windows[2].Remaining != 995 ||
+		!v.Windows[2].ResetsAt.Equal(month.AddDate(0, 1, 0)) {
+		t.Errorf("/usage of the free account: %s", res.Data)
+	}
+	// A sandbox key sees the abuse limit: no monthly cap.
+	res = limitedCall(t, doc, srv.Server, with(usage, sandbox, http.StatusOK, ""))
+	v = decode[usageWindows](t, res)
+	if v.Mode != "test" || len(v.Windows) != 3 || *v.Windows[0].Limit != 50 || *v.Windows[1].Limit != 3000 ||
+		v.Windows[2].Limit != nil || v.Windows[2].Remaining != nil || v.Windows[2].ResetsAt != nil {
+		t.Errorf("/usage of a sandbox key: %s", res.Data)
+	}
+
+	// Simulated failures, on a market endpoint and on /usage.
+	res = limitedCall(t, doc, srv.Server, with(global, sandbox, http.StatusTooManyRequests, coinpulse.CodeRateLimitExceeded), "X-Sandbox-Simulate", "rate_limit")
+	if res.Header.Get("Retry-After") != "1" || res.Header.Get("X-RateLimit-Limit") != "50" {
+		t.Errorf("simulated 429: Retry-After %q, X-RateLimit-Limit %q", res.Header.Get("Retry-After"), res.Header.Get("X-RateLimit-Limit"))
+	}
+	res = limitedCall(t, doc, srv.Server, with(global, sandbox, http.StatusInternalServerError, coinpulse.CodeServerError), "X-Sandbox-Simulate", "server_error")
+	if !strings.Contains(res.Error.Message, "Simulated") {
+		t.Errorf("simulated 500: %q", res.Error.Message)
+	}
+	limitedCall(t, doc, srv.Server, with(usage, sandbox, http.StatusInternalServerError, coinpulse.CodeServerError), "X-Sandbox-Simulate", "server_error")
+	limitedCall(t, doc, srv.Server, with(global, sandbox, http.StatusUnprocessableEntity, coinpulse.CodeValidation), "X-Sandbox-Simulate", "meteor")
+	srv.advance(time.Second)
+	limitedCall(t, doc, srv.Server, with(global, live, http.StatusUnprocessableEntity, coinpulse.CodeValidation), "X-Sandbox-Simulate", "rate_limit")
+	limitedCall(t, doc, srv.Server, with(usage, live, http.StatusUnprocessableEntity, coinpulse.CodeValidation), "X-Sandbox-Simulate", "timeout")
+
+	// A monthly allowance used up, on a read and on a write.
+	monthly := newLimitedServer(t, plansWith(coinpulse.TierPremium, func(p *coinpulse.Plan) {
+		p.MonthlyCalls, p.PerSecond, p.PerMinute = 2, 1000, 1000
+	}))
+	premium, _ := newKey(t, newUser(t, coinpulse.TierPremium, nil), coinpulse.ModeLive, rw, nil)
+	list := specCall{method: "GET", route: "/portfolio", target: "/api/v1/portfolio"}
+	limitedCall(t, doc, monthly.Server, with(list, premium, http.StatusOK, ""))
+	limitedCall(t, doc, monthly.Server, with(list, premium, http.StatusOK, ""))
+	res = limitedCall(t, doc, monthly.Server, with(list, premium, http.StatusTooManyRequests, coinpulse.CodeRateLimitExceeded))
+	next := month.AddDate(0, 1, 0)
+	if h := res.Header; h.Get("X-RateLimit-Limit") != "2" || h.Get("X-RateLimit-Reset") != strconv.FormatInt(next.Unix(), 10) ||
+		!strings.HasSuffix(h.Get("RateLimit-Policy"), fmt.Sprintf(`"month";q=2;w=%d`, monthSeconds)) || !strings.Contains(res.Error.Message, "monthly allowance of 2") {
+		t.Errorf("monthly 429: %v, message %q", h, res.Error.Message)
+	}
+	if after, err := strconv.ParseInt(res.Header.Get("Retry-After"), 10, 64); err != nil || after < int64(next.Sub(monthly.clock())/time.Second) {
+		t.Errorf("monthly 429: Retry-After %q, want the seconds to %s", res.Header.Get("Retry-After"), next)
+	}
+	limitedCall(t, doc, monthly.Server, with(specCall{method: "POST", route: "/portfolio", target: "/api/v1/portfolio"}, premium, http.StatusTooManyRequests, coinpulse.CodeRateLimitExceeded))
+	monthly.flush(t)
+	v = decode[usageWindows](t, limitedCall(t, doc, monthly.Server, with(usage, premium, http.StatusOK, "")))
+	if v.MonthCalls != 2 || *v.MonthlyLimit != 2 || *v.Windows[2].Remaining != 0 {
+		t.Errorf("/usage after the allowance: month_calls %d, monthly_limit %d, month remaining %d", v.MonthCalls, *v.MonthlyLimit, *v.Windows[2].Remaining)
+	}
+
+	// The shipped plan file that gives API access to pro alone.
+	f, err := os.Open("../../plans/pro-only.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	plans, err := coinpulse.LoadPlans(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proOnly := newLimitedServer(t, plans)
+	noAccess, _ := newKey(t, newUser(t, coinpulse.TierPremium, nil), coinpulse.ModeLive, rw, nil)
+	res = limitedCall(t, doc, proOnly.Server, with(global, noAccess, http.StatusForbidden, coinpulse.CodePermissionDenied))
+	if res.Header.Get("X-RateLimit-Limit") == "" || res.Header.Get("RateLimit-Policy") == "" {
+		t.Errorf("403 of an authenticated call without rate-limit headers: %v", res.Header)
+	}
+	if v := decode[usageWindows](t, limitedCall(t, doc, proOnly.Server, with(usage, noAccess, http.StatusOK, ""))); v.Endpoints != "none" {
+		t.Errorf("/usage without API access: endpoints %q", v.Endpoints)
+	}
+	res = limitedCall(t, doc, proOnly.Server, with(global, proKey(t), http.StatusOK, ""))
+	if !strings.HasSuffix(res.Header.Get("RateLimit-Policy"), fmt.Sprintf(`"month";q=10000;w=%d`, monthSeconds)) {
+		t.Errorf("pro on the pro-only plans: RateLimit-Policy %q", res.Header.Get("RateLimit-Policy"))
+	}
+
+	// /usage is free of charge, but not past a paid tier's expiry.
+	past := now.Add(-time.Hour)
+	expired, _ := newKey(t, newUser(t, coinpulse.TierPremium, &past), coinpulse.ModeLive, rw, nil)
+	limitedCall(t, doc, srv.Server, with(usage, expired, http.StatusForbidden, coinpulse.CodeExpiredSubscription))
 }
 
 // sharedSymbol returns a symbol that several coins of the market data

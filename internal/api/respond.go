@@ -206,9 +206,14 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		body.Error.Details = e.Details
 	}
 	if code == coinpulse.CodeServerError {
+		if errors.Is(err, errSimulated) {
+			body.Error.Message = "Simulated (X-Sandbox-Simulate: server_error): an internal error occurred; quote request id " + body.Meta.RequestID + " if you contact support."
+			goto write
+		}
 		s.log.Error("request failed", "err", err, "method", r.Method, "path", r.URL.Path, "request_id", body.Meta.RequestID)
 		body.Error.Message = "An internal error occurred; quote request id " + body.Meta.RequestID + " if you contact support."
 	}
+write:
 	b, _ := json.Marshal(body)
 	h := w.Header()
 	h.Del("ETag")

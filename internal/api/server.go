@@ -28,6 +28,14 @@ type Config struct {
 	Plans  map[coinpulse.Tier]coinpulse.Plan
 	// MaxBody is the largest request body accepted (default 64 KiB).
 	MaxBody int64
+	// Limiter holds keyed calls to their plan's limits; nil turns rate
+	// limiting off.
+	Limiter coinpulse.Limiter
+	// SandboxLimits is the abuse limit of sandbox calls and /usage
+	// (default DefaultSandboxLimits).
+	SandboxLimits *coinpulse.Limits
+	// Meter records admitted calls; nil turns metering off.
+	Meter Meter
 	// KeyCacheTTL bounds how long a verified key is trusted without asking
 	// the store again (default 30 s); revocations cut it short everywhere
 	// through the store's auth epoch.
@@ -47,8 +55,12 @@ type Server struct {
 	// portfolios keeps encoded portfolios by version and snapshot.
 	portfolios *portfolioCache
 	metrics    *metrics
-	mux        *http.ServeMux
-	routes     []Route
+
+	limiter       coinpulse.Limiter
+	sandboxLimits coinpulse.Limits
+	meterer       Meter
+	mux           *http.ServeMux
+	routes        []Route
 }
 
 // Access says who may call a route.
@@ -66,8 +78,11 @@ type Route struct {
 	Method string
 	Path   string // e.g. "/markets/{id}", without the version prefix
 	Access Access
-	// Basic routes are open to plans without AllEndpoints (the free tier).
+	// Basic routes are open to plans with basic endpoints (the free tier).
 	Basic bool
+	// Free routes answer every plan, even one without API access, and
+	// neither count against nor are limited by its allowance (/usage).
+	Free bool
 	// Ops routes live at the root, not under a version prefix.
 	Ops     bool
 	Handler func(w http.ResponseWriter, r *http.Request) error
@@ -81,6 +96,10 @@ func New(cfg Config) *Server {
 	s := &Server{
 		store: cfg.Store, market: cfg.Market, clock: cfg.Clock, log: cfg.Log,
 		plans: cfg.Plans, maxBody: cfg.MaxBody, mux: http.NewServeMux(),
+		limiter: cfg.Limiter, sandboxLimits: DefaultSandboxLimits, meterer: cfg.Meter,
+	}
+	if cfg.SandboxLimits != nil {
+		s.sandboxLimits = *cfg.SandboxLimits
 	}
 	if s.clock == nil {
 		s.clock = time.Now
@@ -127,6 +146,8 @@ func (s *Server) routeTable() []Route {
 		{Method: "GET", Path: "/docs/docs.js", Ops: true, Handler: s.docsJS},
 		{Method: "GET", Path: "/openapi.json", Handler: s.openapi},
 
+		{Method: "GET", Path: "/usage", Access: Read, Basic: true, Free: true, Handler: s.usage},
+
 		{Method: "GET", Path: "/markets", Access: Read, Basic: true, Handler: s.listMarkets},
 		{Method: "GET", Path: "/markets/search", Access: Read, Basic: true, Handler: s.searchMarkets},
 		{Method: "GET", Path: "/markets/global", Access: Read, Basic: true, Handler: s.globalStats},
@@ -170,6 +191,8 @@ type exchange struct {
 	principal *principal
 	status    int
 	wrote     bool
+	// admitted is set once a keyed call passed its limits: it is metered.
+	admitted bool
 }
 
 // exchangeOf returns the request state behind w (a bare one for writers
@@ -306,6 +329,7 @@ func (s *Server) wrap(rt Route) http.Handler {
 			}
 			s.writeError(e, r, err)
 		}
+		s.meter(e, r, rt, label, time.Since(start))
 		if s.log.Enabled(r.Context(), slog.LevelDebug) {
 			s.log.Debug("request", "method", r.Method, "route", label, "status", e.status, "duration", time.Since(start), "request_id", e.id)
 		}
@@ -330,15 +354,20 @@ func (s *Server) admit(e *exchange, r *http.Request, rt Route) error {
 	}
 	e.principal = p
 	if err := s.authorize(p, r, rt); err != nil {
+		s.peekHeaders(e, r, rt)
 		return err
 	}
+	if err := s.limit(e, r, rt); err != nil {
+		return err
+	}
+	e.admitted = true
 	if rt.Method != http.MethodGet {
 		// No route that changes anything takes query parameters.
 		if _, err := parseQuery(r.URL.RawQuery); err != nil {
 			return err
 		}
 	}
-	return nil
+	return s.simulate(e, r)
 }
 
 // routeLabel renders a route for messages: "GET /api/v1/markets/top-movers".

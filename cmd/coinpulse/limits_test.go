@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"coinpulse"
+	"coinpulse/internal/ratelimit"
+	"coinpulse/internal/sqlite"
+)
+
+// The tests here run `coinpulse serve` as separate processes, built once.
+var binary struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	binary.once.Do(func() {
+		dir, err := os.MkdirTemp("", "coinpulse-bin-")
+		if err != nil {
+			binary.err = err
+			return
+		}
+		binary.path = filepath.Join(dir, "coinpulse")
+		out, err := exec.Command("go", "build", "-o", binary.path, ".").CombinedOutput()
+		if err != nil {
+			binary.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binary.err != nil {
+		t.Fatal(binary.err)
+	}
+	return binary.path
+}
+
+// proc is a `coinpulse serve` process.
+type proc struct {
+	cmd    *exec.Cmd
+	base   string
+	stderr *syncBuffer
+	exited chan error
+}
+
+func startProc(t *testing.T, args ...string) *proc {
+	t.Helper()
+	addr := freeAddr(t)
+	p := &proc{base: "http://" + addr, stderr: &syncBuffer{}, exited: make(chan error, 1)}
+	p.cmd = exec.Command(buildBinary(t), append([]string{"serve", "--addr", addr, "--refresh", "1s", "--demo=false"}, args...)...)
+	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			p.cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		if res, err := http.Get(p.base + "/readyz"); err == nil {
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				return p
+			}
+		}
+		select {
+		case err := <-p.exited:
+			t.Fatalf("serve exited: %v\n%s", err, p.stderr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve not ready after 3 minutes\n%s", p.stderr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// term sends SIGTERM and waits for a clean exit.
+func (p *proc) term(t *testing.T) {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Errorf("serve exited with %v\n%s", err, p.stderr)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("serve did not stop within 60 s after SIGTERM\n%s", p.stderr)
+	}
+}
+
+func (p *proc) status(key, path string) (int, error) {
+	req, _ := http.NewRequest("GET", p.base+path, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	res.Body.Close()
+	return res.StatusCode, nil
+}
+
+// plansFile writes the default plans with premium's allowance set to
+// monthly calls and rolling windows too wide to interfere.
+func plansFile(t *testing.T, monthly int) string {
+	t.Helper()
+	b, err := os.ReadFile("../../plans/default.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Replace(string(b), `"tier": "premium",    "monthly_calls": 10000,       "per_minute": 60,  "per_second": 5,`,
+		fmt.Sprintf(`"tier": "premium", "monthly_calls": %d, "per_minute": 1000000, "per_second": 1000000,`, monthly), 1)
+	if s == string(b) {
+		t.Fatal("plans/default.json changed: update plansFile")
+	}
+	path := filepath.Join(t.TempDir(), "plans.json")
+	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// generousPlans writes the default plans with pro's rolling windows too
+// wide for a test's bursts to reach.
+func generousPlans(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../plans/default.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Replace(string(b), `"tier": "pro",        "monthly_calls": "unlimited", "per_minute": 60,  "per_second": 5,`,
+		`"tier": "pro", "monthly_calls": "unlimited", "per_minute": 1000000, "per_second": 1000000,`, 1)
+	if s == string(b) {
+		t.Fatal("plans/default.json changed: update generousPlans")
+	}
+	path := filepath.Join(t.TempDir(), "plans.json")
+	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// premiumKey creates a premium account on db with the CLI and returns its
+// live key.
+func premiumKey(t *testing.T, db string) string {
+	t.Helper()
+	env := map[string]string{"COINPULSE_DB": db}
+	mustCLI(t, env, "users", "create", "--email", "limits@example.com", "--tier", "premium")
+	return strings.TrimSpace(mustCLI(t, env, "keys", "create", "--email", "limits@example.com"))
+}
+
+// With K calls left this month, 4K concurrent calls spread over TWO serve
+// processes sharing PostgreSQL and Redis admit exactly K; and the calls
+// are metered once each.
+func TestLimitsExactAcrossTwoNodes(t *testing.T) {
+	redisURL := ratelimit.RedisURL(t)
+	db := postgresSchema(t)
+	const k = 40
+	plans := plansFile(t, k)
+	prefix := fmt.Sprintf("cp:test:%d:", time.Now().UnixNano())
+	key := premiumKey(t, db)
+	args := []string{"--db", db, "--plans", plans, "--redis", redisURL, "--redis-prefix", prefix, "--meter-interval", "50ms"}
+	nodes := []*proc{startProc(t, args...), startProc(t, args...)}
+
+	var ok, limited, other atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 4 * k {
+		wg.Go(func() {
+			switch status, err := nodes[i%2].status(key, "/api/v1/markets/global"); {
+			case err != nil:
+				t.Error(err)
+			case status == 200:
+				ok.Add(1)
+			case status == 429:
+				limited.Add(1)
+			default:
+				other.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if ok.Load() != k || limited.Load() != 3*k || other.Load() != 0 {
+		t.Fatalf("%d×200, %d×429, %d other; want exactly %d admitted of %d", ok.Load(), limited.Load(), other.Load(), k, 4*k)
+	}
+	// Both nodes metered their share into the one database.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res := getUsage(t, nodes[1], key)
+		if res.MonthCalls == k {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("month_calls %d after 10 s, want %d", res.MonthCalls, k)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, n := range nodes {
+		n.term(t)
+	}
+}
+
+type usageData struct {
+	MonthCalls int64 `json:"month_calls"`
+}
+
+func getUsage(t *testing.T, p *proc, key string) usageData {
+	t.Helper()
+	req, _ := http.NewRequest("GET", p.base+"/api/v1/usage", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var body struct {
+		Data usageData `json:"data"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&body); err != nil || res.StatusCode != 200 {
+		t.Fatalf("/usage: %d %v", res.StatusCode, err)
+	}
+	return body.Data
+}
+
+// SIGTERM under load: every call the server admitted (every answer the
+// clients got) is metered by the time the process exits.
+func TestSIGTERMMetersEveryAdmittedCall(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "coinpulse.db")
+	db := "sqlite:" + path
+	key := premiumKey(t, db)
+	p := startProc(t, "--db", db, "--plans", plansFile(t, 1_000_000))
+
+	var answered atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 8 {
+		wg.Go(func() {
+			client := &http.Client{Transport: &http.Transport{}}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				req, _ := http.NewRequest("GET", p.base+"/api/v1/markets?per_page=5", nil)
+				req.Header.Set("Authorization", "Bearer "+key)
+				res, err := client.Do(req)
+				if err != nil {
+					return // the server has gone
+				}
+				res.Body.Close()
+				if res.StatusCode != 200 {
+					t.Errorf("status %d under load", res.StatusCode)
+					return
+				}
+				answered.Add(1)
+			}
+		})
+	}
+	for answered.Load() < 3000 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.term(t)
+	close(stop)
+	wg.Wait()
+
+	store, err := sqlite.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	u, err := store.UserByEmail(context.Background(), "limits@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := store.MonthCalls(context.Background(), u.ID, coinpulse.MonthStart(time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != answered.Load() {
+		t.Errorf("%d calls metered, %d answered before SIGTERM took effect", n, answered.Load())
+	}
+	t.Logf("%d calls answered and metered", n)
+}

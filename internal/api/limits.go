@@ -1,0 +1,209 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"coinpulse"
+)
+
+// Meter takes admitted calls off the request path (internal/meter).
+type Meter interface {
+	Record(coinpulse.Call)
+}
+
+// DefaultSandboxLimits is the abuse limit sandbox calls (and /usage) are
+// held to: generous, separate from the account's allowance, never monthly.
+var DefaultSandboxLimits = coinpulse.Limits{PerSecond: 50, PerMinute: 3000, Monthly: coinpulse.Unlimited}
+
+// windowSeconds is each window's length in the RateLimit-Policy header; the
+// month's is its current length.
+func windowSeconds(w coinpulse.Window, now time.Time) int64 {
+	switch w {
+	case coinpulse.WindowSecond:
+		return 1
+	case coinpulse.WindowMinute:
+		return 60
+	}
+	start := coinpulse.MonthStart(now)
+	return int64(start.AddDate(0, 1, 0).Sub(start) / time.Second)
+}
+
+// limit holds a keyed call to its account's limits: the plan's allowance
+// for live keys, the abuse limit for sandbox keys and free routes. It sets
+// the rate-limit headers, and refuses with RATE_LIMIT_EXCEEDED.
+func (s *Server) limit(e *exchange, r *http.Request, rt Route) error {
+	if s.limiter == nil {
+		return nil
+	}
+	account, limits := s.limitsOf(e.principal, rt)
+	v, err := s.limiter.Allow(r.Context(), account, limits)
+	if err != nil {
+		e.Header().Set("Retry-After", "1")
+		return &coinpulse.Error{Code: coinpulse.CodeUnavailable, Message: "Rate limits cannot be checked right now; retry in a second.", Err: err}
+	}
+	now := s.clock()
+	setRateHeaders(e.Header(), &v, now)
+	if !v.Allowed {
+		secs := int64((v.RetryAfter + time.Second - 1) / time.Second)
+		e.Header().Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
+		when := "in " + v.RetryAfter.Round(time.Millisecond).String()
+		if v.Exceeded == coinpulse.WindowMonth {
+			when = "after " + now.Add(v.RetryAfter).UTC().Format(time.RFC3339)
+		}
+		return coinpulse.Errorf(coinpulse.CodeRateLimitExceeded, "%s; retry %s.", exceededMessage(v.Exceeded, limits, account == e.principal.sandbox), when)
+	}
+	return nil
+}
+
+// limitsOf names the account and limits a call of p to rt is held to:
+// the plan's allowance for live keys, the abuse limit for sandbox keys
+// and free routes.
+func (s *Server) limitsOf(p *principal, rt Route) (string, coinpulse.Limits) {
+	if p.key.Mode == coinpulse.ModeTest || rt.Free {
+		return p.sandbox, s.sandboxLimits
+	}
+	return p.live, s.plans[p.user.Tier].Limits()
+}
+
+// peekHeaders sets the rate-limit headers without counting a call, for
+// an authenticated call refused before its limits were checked.
+func (s *Server) peekHeaders(e *exchange, r *http.Request, rt Route) {
+	if s.limiter == nil {
+		return
+	}
+	account, limits := s.limitsOf(e.principal, rt)
+	if v, err := s.limiter.Peek(r.Context(), account, limits); err == nil {
+		setRateHeaders(e.Header(), &v, s.clock())
+	}
+}
+
+func exceededMessage(w coinpulse.Window, l coinpulse.Limits, abuse bool) string {
+	if w == coinpulse.WindowMonth {
+		return "Your plan's monthly allowance of " + strconv.FormatInt(l.Monthly, 10) + " calls is used up (it renews at 00:00 UTC on the 1st; upgrade at /user/api)"
+	}
+	n, per := l.PerSecond, "second"
+	if w == coinpulse.WindowMinute {
+		n, per = l.PerMinute, "minute"
+	}
+	if abuse {
+		return "The abuse limit of sandbox calls and /usage (" + strconv.Itoa(n) + " calls per " + per + ") is reached"
+	}
+	return "Your plan's limit of " + strconv.Itoa(n) + " calls per " + per + " is reached"
+}
+
+// closest returns the limited window nearest exhaustion (the smallest
+// share left; on a tie, the longer window), false when none limits.
+func closest(v *coinpulse.Verdict) (coinpulse.WindowState, bool) {
+	var best coinpulse.WindowState
+	found := false
+	for _, w := range v.Windows {
+		if w.Limit <= 0 {
+			continue
+		}
+		if !found || w.Remaining*best.Limit <= best.Remaining*w.Limit {
+			best, found = w, true
+		}
+	}
+	return best, found
+}
+
+// setRateHeaders describes v: X-RateLimit-* and the IETF RateLimit for
+// the window closest to exhaustion, RateLimit-Policy for every window.
+func setRateHeaders(h http.Header, v *coinpulse.Verdict, now time.Time) {
+	w, ok := closest(v)
+	if !ok {
+		return
+	}
+	reset := max(0, int64(w.Reset.Sub(now)+time.Second-1)/int64(time.Second))
+	h["X-Ratelimit-Limit"] = []string{strconv.FormatInt(w.Limit, 10)}
+	h["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(w.Remaining, 10)}
+	resetAt := w.Reset.Unix()
+	if w.Reset.After(time.Unix(resetAt, 0)) {
+		resetAt++ // round up: a client that waits until then finds the window whole
+	}
+	h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(max(resetAt, now.Unix()), 10)}
+	h["Ratelimit"] = []string{`"` + string(w.Window) + `";r=` + strconv.FormatInt(w.Remaining, 10) + ";t=" + strconv.FormatInt(reset, 10)}
+	var b strings.Builder
+	for _, x := range v.Windows {
+		if x.Limit <= 0 {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(`"` + string(x.Window) + `";q=` + strconv.FormatInt(x.Limit, 10) + ";w=" + strconv.FormatInt(windowSeconds(x.Window, now), 10))
+	}
+	h["Ratelimit-Policy"] = []string{b.String()}
+}
+
+// The failures a sandbox key may ask for with X-Sandbox-Simulate.
+const (
+	simulateRateLimit   = "rate_limit"
+	simulateServerError = "server_error"
+	simulateTimeout     = "timeout"
+)
+
+// errSimulated marks a simulated SERVER_ERROR, which is not logged as a
+// failure.
+var errSimulated = errors.New("simulated server error (X-Sandbox-Simulate)")
+
+// simulateTimeoutFor is how long a simulated timeout holds the request
+// before answering 503 (unless the client gives up first).
+var simulateTimeoutFor = 30 * time.Second
+
+// simulate answers X-Sandbox-Simulate. Only sandbox keys may send it; the
+// header names the failure to act out instead of the real answer.
+func (s *Server) simulate(e *exchange, r *http.Request) error {
+	what, ok := r.Header["X-Sandbox-Simulate"]
+	if !ok {
+		return nil
+	}
+	if e.principal.key.Mode != coinpulse.ModeTest {
+		return coinpulse.ValidationError("X-Sandbox-Simulate", "only sandbox (sk_test_) keys may simulate failures")
+	}
+	switch strings.TrimSpace(strings.Join(what, ",")) {
+	case simulateRateLimit:
+		e.Header().Set("Retry-After", "1")
+		return coinpulse.Errorf(coinpulse.CodeRateLimitExceeded, "Simulated: the limit of calls per second is reached (X-Sandbox-Simulate: rate_limit); retry in 1s.")
+	case simulateServerError:
+		return &coinpulse.Error{Code: coinpulse.CodeServerError, Message: "Simulated.", Err: errSimulated}
+	case simulateTimeout:
+		t := time.NewTimer(simulateTimeoutFor)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+		}
+		e.Header().Set("Retry-After", "1")
+		return coinpulse.Errorf(coinpulse.CodeUnavailable, "Simulated: the request timed out after %s (X-Sandbox-Simulate: timeout).", simulateTimeoutFor)
+	}
+	return coinpulse.ValidationError("X-Sandbox-Simulate", "must be one of rate_limit, server_error, timeout")
+}
+
+// meter records an admitted call, and gives a call that failed on our
+// side (5xx) back to the limiter: it does not count.
+func (s *Server) meter(e *exchange, r *http.Request, rt Route, label string, took time.Duration) {
+	if e.principal == nil || !e.admitted {
+		return
+	}
+	if e.status >= 500 && s.limiter != nil {
+		account, limits := s.limitsOf(e.principal, rt)
+		if err := s.limiter.Refund(context.WithoutCancel(r.Context()), account, limits); err != nil {
+			s.log.Warn("rate limit refund failed", "err", err, "request_id", e.id)
+		}
+	}
+	if s.meterer == nil {
+		return
+	}
+	p := e.principal
+	s.meterer.Record(coinpulse.Call{
+		UserID: p.user.ID, KeyID: p.key.ID, Mode: p.key.Mode, Time: s.clock(),
+		Method: r.Method, Route: label, Status: e.status, Duration: took, RequestID: e.id,
+		Counted: p.key.Mode == coinpulse.ModeLive && e.status < 500 && !rt.Free,
+	})
+}

@@ -1,0 +1,321 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"coinpulse"
+	"coinpulse/internal/meter"
+	"coinpulse/internal/ratelimit"
+)
+
+// limitedServer is a server over the shared store and market with plans
+// of its own, the in-process limiter on a settable clock, and a meter.
+type limitedServer struct {
+	*Server
+	mu    sync.Mutex
+	now   time.Time
+	meter *meter.Meter
+}
+
+func (l *limitedServer) clock() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.now
+}
+
+func (l *limitedServer) advance(d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.now = l.now.Add(d)
+}
+
+// flush waits until the calls metered so far are written (the meter
+// writes every 10 ms here).
+func (l *limitedServer) flush(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for l.meter.Pending() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d metered calls still pending after 10 s", l.meter.Pending())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func newLimitedServer(t *testing.T, plans map[coinpulse.Tier]coinpulse.Plan) *limitedServer {
+	t.Helper()
+	base := testServer(t)
+	l := &limitedServer{now: time.Now().UTC()}
+	seed := func(ctx context.Context, account string, month time.Time) (int64, error) { return 0, nil }
+	l.meter = meter.New(shared.store, quiet, meter.Options{Interval: 10 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	go l.meter.Run(ctx)
+	t.Cleanup(func() {
+		l.meter.Close(context.Background())
+		cancel()
+	})
+	l.Server = New(Config{
+		Store: shared.store, Market: base.market, Log: quiet, Plans: plans, Clock: l.clock,
+		Limiter: ratelimit.NewMemory(l.clock, seed), Meter: l.meter,
+	})
+	return l
+}
+
+// plansWith returns the default plans with tier's changed by change.
+func plansWith(tier coinpulse.Tier, change func(*coinpulse.Plan)) map[coinpulse.Tier]coinpulse.Plan {
+	plans := coinpulse.DefaultPlans()
+	p := plans[tier]
+	change(&p)
+	plans[tier] = p
+	return plans
+}
+
+func TestRateLimitHeadersAndWindows(t *testing.T) {
+	t.Parallel()
+	srv := newLimitedServer(t, nil)
+	key, _ := newKey(t, newUser(t, coinpulse.TierFree, nil), coinpulse.ModeLive, rw, nil)
+	now := srv.clock()
+	for i := 1; i <= 5; i++ {
+		res := do(t, srv.Server, "GET", "/api/v1/markets/global", key)
+		if res.Status != 200 {
+			t.Fatalf("call %d: %d %s", i, res.Status, res.Raw)
+		}
+		h := res.Header
+		// The second is closest to exhaustion: 5 a second against 60 a
+		// minute and 1,000 a month.
+		if h.Get("X-RateLimit-Limit") != "5" || h.Get("X-RateLimit-Remaining") != fmt.Sprint(5-i) {
+			t.Errorf("call %d: X-RateLimit-Limit %q Remaining %q, want 5 and %d", i, h.Get("X-RateLimit-Limit"), h.Get("X-RateLimit-Remaining"), 5-i)
+		}
+		if reset := h.Get("X-RateLimit-Reset"); reset != fmt.Sprint(now.Add(time.Duration(i)*200*time.Millisecond).Unix()) && reset != fmt.Sprint(now.Add(time.Duration(i)*200*time.Millisecond).Unix()+1) {
+			t.Errorf("call %d: X-RateLimit-Reset %s, now %d", i, reset, now.Unix())
+		}
+		if !strings.HasPrefix(h.Get("RateLimit"), `"second";r=`) || !strings.Contains(h.Get("RateLimit-Policy"), `"second";q=5;w=1, "minute";q=60;w=60, "month";q=1000;w=`) {
+			t.Errorf("call %d: RateLimit %q, RateLimit-Policy %q", i, h.Get("RateLimit"), h.Get("RateLimit-Policy"))
+		}
+	}
+	res := do(t, srv.Server, "GET", "/api/v1/markets/global", key)
+	wantError(t, res, http.StatusTooManyRequests, coinpulse.CodeRateLimitExceeded)
+	if res.Header.Get("Retry-After") != "1" || !strings.Contains(res.Error.Message, "5 calls per second") {
+		t.Errorf("429: Retry-After %q, message %q", res.Header.Get("Retry-After"), res.Error.Message)
+	}
+	// The window rolls: one call's worth later, one more is admitted.
+	srv.advance(200 * time.Millisecond)
+	if res := do(t, srv.Server, "GET", "/api/v1/markets/global", key); res.Status != 200 {
+		t.Errorf("after 200 ms: %d", res.Status)
+	}
+}
+
+// Five keys do not multiply the allowance.
+func TestRateLimitPerAccount(t *testing.T) {
+	t.Parallel()
+	srv := newLimitedServer(t, nil)
+	u := newUser(t, coinpulse.TierFree, nil)
+	var keys []string
+	for range 5 {
+		k, _ := newKey(t, u, coinpulse.ModeLive, rw, nil)
+		keys = append(keys, k)
+	}
+	ok := 0
+	for i := range 10 {
+		if res := do(t, srv.Server, "GET", "/api/v1/markets/global", keys[i%5]); res.Status == 200 {
+			ok++
+		}
+	}
+	if ok != 5 {
+		t.Errorf("10 calls over 5 keys within a second: %d admitted, want the account's 5", ok)
+	}
+}
+
+// With K calls left this month, 4K concurrent calls admit exactly K, and
+// every admitted call is metered and counted.
+func TestMonthlyAllowanceExact(t *testing.T) {
+	t.Parallel()
+	const k = 25
+	srv := newLimitedServer(t, plansWith(coinpulse.TierPremium, func(p *coinpulse.Plan) {
+		p.MonthlyCalls, p.PerSecond, p.PerMinute = k, 1_000_000, 1_000_000
+	}))
+	u := newUser(t, coinpulse.TierPremium, nil)
+	key, _ := newKey(t, u, coinpulse.ModeLive, rw, nil)
+	var wg sync.WaitGroup
+	statuses := make(chan int, 4*k)
+	for range 4 * k {
+		wg.Go(func() {
+			req := httptest.NewRequest("GET", "/api/v1/markets/global", nil)
+			req.Header.Set("Authorization", "Bearer "+key)
+			rec := httptest.NewRecorder()
+			srv.Handler().ServeHTTP(rec, req)
+			statuses <- rec.Code
+		})
+	}
+	wg.Wait()
+	close(statuses)
+	count := map[int]int{}
+	for s := range statuses {
+		count[s]++
+	}
+	if count[200] != k || count[429] != 3*k {
+		t.Fatalf("statuses %v, want %d×200 and %d×429", count, k, 3*k)
+	}
+	res := do(t, srv.Server, "GET", "/api/v1/markets", key)
+	wantError(t, res, http.StatusTooManyRequests, coinpulse.CodeRateLimitExceeded)
+	if !strings.Contains(res.Error.Message, "monthly allowance of 25") {
+		t.Errorf("message %q does not name the monthly window", res.Error.Message)
+	}
+	srv.flush(t)
+	n, err := shared.store.MonthCalls(context.Background(), u.ID, coinpulse.MonthStart(srv.clock()))
+	if err != nil || n != k {
+		t.Errorf("MonthCalls = %d, %v; want %d", n, err, k)
+	}
+	// /usage is free of charge, even with nothing left.
+	if res := do(t, srv.Server, "GET", "/api/v1/usage", key); res.Status != 200 {
+		t.Errorf("/usage with the allowance used up: %d %s", res.Status, res.Raw)
+	}
+}
+
+func TestSandboxLimitsAndSimulation(t *testing.T) {
+	t.Parallel()
+	srv := newLimitedServer(t, nil)
+	u := newUser(t, coinpulse.TierFree, nil)
+	live, _ := newKey(t, u, coinpulse.ModeLive, rw, nil)
+	sandbox, _ := newKey(t, u, coinpulse.ModeTest, rw, nil)
+	// Sandbox calls leave the account's allowance alone.
+	for i := range 20 {
+		if res := do(t, srv.Server, "GET", "/api/v1/markets/global", sandbox); res.Status != 200 {
+			t.Fatalf("sandbox call %d: %d", i, res.Status)
+		}
+	}
+	if res := do(t, srv.Server, "GET", "/api/v1/markets/global", live); res.Status != 200 || res.Header.Get("X-RateLimit-Remaining") != "4" {
+		t.Errorf("live call after 20 sandbox calls: %d, remaining %q; want 200 and 4", res.Status, res.Header.Get("X-RateLimit-Remaining"))
+	}
+	res := do(t, srv.Server, "GET", "/api/v1/markets/global", sandbox, "X-Sandbox-Simulate", "rate_limit")
+	wantError(t, res, http.StatusTooManyRequests, coinpulse.CodeRateLimitExceeded)
+	if res.Header.Get("Retry-After") == "" || !strings.Contains(res.Error.Message, "Simulated") {
+		t.Errorf("simulated 429: %v %q", res.Header, res.Error.Message)
+	}
+	before := do(t, srv.Server, "GET", "/api/v1/usage", sandbox).Header.Get("X-RateLimit-Remaining")
+	res = do(t, srv.Server, "GET", "/api/v1/markets/global", sandbox, "X-Sandbox-Simulate", "server_error")
+	wantError(t, res, http.StatusInternalServerError, coinpulse.CodeServerError)
+	if !strings.Contains(res.Error.Message, "Simulated") {
+		t.Errorf("simulated 500: %q", res.Error.Message)
+	}
+	// A 5xx is given back: it does not count (the /usage calls do count
+	// against the sandbox's abuse limit, one each).
+	if after := do(t, srv.Server, "GET", "/api/v1/usage", sandbox).Header.Get("X-RateLimit-Remaining"); before == "" || after != fmt.Sprint(atoi(t, before)-1) {
+		t.Errorf("sandbox remaining %s before a simulated 500, %s after it and a /usage call; want one less", before, after)
+	}
+	wantError(t, do(t, srv.Server, "GET", "/api/v1/markets/global", sandbox, "X-Sandbox-Simulate", "meteor"), http.StatusUnprocessableEntity, coinpulse.CodeValidation)
+	wantError(t, do(t, srv.Server, "GET", "/api/v1/markets/global", live, "X-Sandbox-Simulate", "rate_limit"), http.StatusUnprocessableEntity, coinpulse.CodeValidation)
+}
+
+func TestSimulatedTimeout(t *testing.T) {
+	srv := newLimitedServer(t, nil)
+	old := simulateTimeoutFor
+	simulateTimeoutFor = 50 * time.Millisecond
+	t.Cleanup(func() { simulateTimeoutFor = old })
+	sandbox, _ := newKey(t, newUser(t, coinpulse.TierPro, nil), coinpulse.ModeTest, rw, nil)
+	start := time.Now()
+	res := do(t, srv.Server, "GET", "/api/v1/markets/global", sandbox, "X-Sandbox-Simulate", "timeout")
+	wantError(t, res, http.StatusServiceUnavailable, coinpulse.CodeUnavailable)
+	if time.Since(start) < 50*time.Millisecond {
+		t.Errorf("simulated timeout answered after %s", time.Since(start))
+	}
+}
+
+// The second plan variant: without API access only /usage answers.
+func TestPlanWithoutAPIAccess(t *testing.T) {
+	t.Parallel()
+	srv := newLimitedServer(t, plansWith(coinpulse.TierPremium, func(p *coinpulse.Plan) { p.Endpoints = coinpulse.EndpointsNone }))
+	key, _ := newKey(t, newUser(t, coinpulse.TierPremium, nil), coinpulse.ModeLive, rw, nil)
+	res := do(t, srv.Server, "GET", "/api/v1/markets", key)
+	wantError(t, res, http.StatusForbidden, coinpulse.CodePermissionDenied)
+	if !strings.Contains(res.Error.Message, "no API access") || !strings.Contains(res.Error.Message, "/user/api") {
+		t.Errorf("message %q", res.Error.Message)
+	}
+	if res := do(t, srv.Server, "GET", "/api/v1/usage", key); res.Status != 200 {
+		t.Errorf("/usage without API access: %d %s", res.Status, res.Raw)
+	}
+}
+
+// /usage reports what metering kept: counted calls, recent calls by route
+// pattern, per-key counts, daily counts and percentiles.
+func TestUsageReport(t *testing.T) {
+	t.Parallel()
+	srv := newLimitedServer(t, nil)
+	u := newUser(t, coinpulse.TierPremium, nil)
+	key, rec := newKey(t, u, coinpulse.ModeLive, rw, nil)
+	do(t, srv.Server, "GET", "/api/v1/markets/global", key)
+	do(t, srv.Server, "GET", "/api/v1/coins/bitcoin", key)
+	do(t, srv.Server, "GET", "/api/v1/coins/no-such-coin", key) // a 404 counts
+	do(t, srv.Server, "GET", "/api/v1/usage", key)              // /usage does not
+	srv.flush(t)
+	res := do(t, srv.Server, "GET", "/api/v1/usage", key)
+	v := decode[struct {
+		Tier         string `json:"tier"`
+		MonthCalls   int64  `json:"month_calls"`
+		MonthlyLimit *int64 `json:"monthly_limit"`
+		Windows      []struct {
+			Window    string `json:"window"`
+			Limit     *int64 `json:"limit"`
+			Remaining *int64 `json:"remaining"`
+		} `json:"windows"`
+		Daily []struct {
+			Date  string `json:"date"`
+			Calls int64  `json:"calls"`
+		} `json:"daily"`
+		Keys []struct {
+			ID    int64 `json:"id"`
+			Calls int64 `json:"calls"`
+		} `json:"keys"`
+		Recent []struct {
+			Route  string `json:"route"`
+			Status int    `json:"status"`
+		} `json:"recent"`
+	}](t, res)
+	if v.Tier != "premium" || v.MonthCalls != 3 || v.MonthlyLimit == nil || *v.MonthlyLimit != 10000 {
+		t.Errorf("tier %s, month calls %d, limit %v; want premium, 3, 10000", v.Tier, v.MonthCalls, v.MonthlyLimit)
+	}
+	if len(v.Windows) != 3 || *v.Windows[2].Remaining != 10000-3 {
+		t.Errorf("windows %+v", v.Windows)
+	}
+	if len(v.Daily) != 30 || v.Daily[29].Calls != 3 || v.Daily[29].Date != srv.clock().Format(time.DateOnly) {
+		t.Errorf("daily: %d entries, last %+v", len(v.Daily), v.Daily[len(v.Daily)-1])
+	}
+	if len(v.Keys) != 1 || v.Keys[0].ID != rec.ID || v.Keys[0].Calls != 4 {
+		t.Errorf("keys %+v, want key %d with 4 calls (the /usage call too)", v.Keys, rec.ID)
+	}
+	if len(v.Recent) != 4 || v.Recent[0].Route != "/api/v1/usage" || v.Recent[1].Route != "/api/v1/coins/{idOrSymbol}" || v.Recent[1].Status != 404 {
+		t.Errorf("recent %+v", v.Recent)
+	}
+}
+
+// A call refused by its plan still says where the account stands, and
+// costs nothing.
+func TestRateLimitHeadersOnPlanRefusal(t *testing.T) {
+	t.Parallel()
+	srv := newLimitedServer(t, nil)
+	key, _ := newKey(t, newUser(t, coinpulse.TierFree, nil), coinpulse.ModeLive, rw, nil)
+	for range 3 {
+		res := do(t, srv.Server, "GET", "/api/v1/markets/top-movers", key)
+		wantError(t, res, http.StatusForbidden, coinpulse.CodePermissionDenied)
+		// Every window whole: the tie goes to the longest, the month.
+		if res.Header.Get("X-RateLimit-Remaining") != "1000" || res.Header.Get("RateLimit-Policy") == "" {
+			t.Errorf("403: X-RateLimit-Remaining %q, RateLimit-Policy %q; want 1000 and the policy", res.Header.Get("X-RateLimit-Remaining"), res.Header.Get("RateLimit-Policy"))
+		}
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	var n int
+	if _, err := fmt.Sscan(s, &n); err != nil {
+		t.Fatalf("%q: %v", s, err)
+	}
+	return n
+}

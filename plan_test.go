@@ -1,0 +1,79 @@
+package coinpulse
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// The shipped default is the SPEC §3 table.
+func TestDefaultPlans(t *testing.T) {
+	want := map[Tier]Plan{
+		TierFree:       {Tier: TierFree, MonthlyCalls: 1000, PerMinute: 60, PerSecond: 5, Endpoints: EndpointsBasic},
+		TierPremium:    {Tier: TierPremium, MonthlyCalls: 10000, PerMinute: 60, PerSecond: 5, Endpoints: EndpointsAll, Webhooks: true, MaxPortfolios: 10, MaxActiveAlerts: 100},
+		TierPro:        {Tier: TierPro, MonthlyCalls: Unlimited, PerMinute: 60, PerSecond: 5, Endpoints: EndpointsAll, Webhooks: true, MaxPortfolios: 50, MaxActiveAlerts: 1000},
+		TierEnterprise: {Tier: TierEnterprise, MonthlyCalls: Unlimited, PerMinute: 600, PerSecond: 50, Endpoints: EndpointsAll, Webhooks: true, MaxPortfolios: Unlimited, MaxActiveAlerts: Unlimited},
+		TierBusiness:   {Tier: TierBusiness, MonthlyCalls: Unlimited, PerMinute: 600, PerSecond: 50, Endpoints: EndpointsAll, Webhooks: true, MaxPortfolios: Unlimited, MaxActiveAlerts: Unlimited},
+	}
+	got := DefaultPlans()
+	for tier, w := range want {
+		if got[tier] != w {
+			t.Errorf("%s: %+v, want %+v", tier, got[tier], w)
+		}
+	}
+}
+
+// The second variant: only Pro has API access, at 10,000 calls a month.
+func TestProOnlyPlans(t *testing.T) {
+	f, err := os.Open("plans/pro-only.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	plans, err := LoadPlans(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tier := range Tiers {
+		p := plans[tier]
+		if (tier == TierPro) != (p.Endpoints == EndpointsAll) || (tier != TierPro && p.Endpoints != EndpointsNone) {
+			t.Errorf("%s: endpoints %s", tier, p.Endpoints)
+		}
+	}
+	if p := plans[TierPro]; p.MonthlyCalls != 10000 || p.PerMinute != 60 {
+		t.Errorf("pro: %+v, want 10,000 a month and 60 a minute", p)
+	}
+}
+
+func TestLoadPlansRejects(t *testing.T) {
+	row := func(tier, extra string) string {
+		return `{"tier":"` + tier + `","monthly_calls":10,"per_minute":60,"per_second":5,"endpoints":"all","webhooks":true,"max_portfolios":1,"max_active_alerts":1` + extra + `}`
+	}
+	all := func(first string) string {
+		rows := []string{first}
+		for _, tier := range []string{"premium", "pro", "enterprise", "business"} {
+			rows = append(rows, row(tier, ""))
+		}
+		return `{"plans":[` + strings.Join(rows, ",") + `]}`
+	}
+	if _, err := LoadPlans(strings.NewReader(all(row("free", "")))); err != nil {
+		t.Fatalf("a valid file: %v", err)
+	}
+	for name, file := range map[string]string{
+		"unknown field":     all(row("free", `,"per_hour":3`)),
+		"unknown tier":      all(row("gold", "")),
+		"missing tier":      `{"plans":[` + row("free", "") + `]}`,
+		"twice":             all(row("premium", "")),
+		"negative":          all(strings.Replace(row("free", ""), `"monthly_calls":10`, `"monthly_calls":-5`, 1)),
+		"missing figure":    all(strings.Replace(row("free", ""), `"per_second":5,`, ``, 1)),
+		"zero per second":   all(strings.Replace(row("free", ""), `"per_second":5`, `"per_second":0`, 1)),
+		"bad endpoints":     all(strings.Replace(row("free", ""), `"all"`, `"some"`, 1)),
+		"zero monthly":      all(strings.Replace(row("free", ""), `"monthly_calls":10`, `"monthly_calls":0`, 1)),
+		"unlimited per min": all(strings.Replace(row("free", ""), `"per_minute":60`, `"per_minute":"unlimited"`, 1)),
+		"not json":          `plans: []`,
+	} {
+		if _, err := LoadPlans(strings.NewReader(file)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
