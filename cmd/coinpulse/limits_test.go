@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"coinpulse"
 	"coinpulse/internal/ratelimit"
 	"coinpulse/internal/sqlite"
@@ -210,6 +212,30 @@ func TestLimitsExactAcrossTwoNodes(t *testing.T) {
 			t.Fatalf("month_calls %d after 10 s, want %d", res.MonthCalls, k)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	// A Redis that lost its data (a restart: this one keeps nothing on
+	// disk) resets nobody's allowance: the month is seeded again from the
+	// calls metered in the database.
+	opts, err := redis.ParseURL(redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	// A node reuses a month's seed for a second (ratelimit's seedReuse),
+	// so the loss must come later than that after the first calls.
+	time.Sleep(1100 * time.Millisecond)
+	keys, err := rdb.Keys(context.Background(), prefix+"*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("limiter keys under %s: %v, %v", prefix, keys, err)
+	}
+	if err := rdb.Del(context.Background(), keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if status, err := n.status(key, "/api/v1/markets/global"); err != nil || status != 429 {
+			t.Errorf("after Redis lost its keys: %d, %v; want 429 (the allowance was used up)", status, err)
+		}
 	}
 	for _, n := range nodes {
 		n.term(t)
