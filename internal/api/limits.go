@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"coinpulse"
@@ -114,20 +116,72 @@ func closest(v *coinpulse.Verdict) (coinpulse.WindowState, bool) {
 
 // setRateHeaders describes v: X-RateLimit-* and the IETF RateLimit for
 // the window closest to exhaustion, RateLimit-Policy for every window.
+// It runs on every keyed call, so the values that repeat come from caches.
 func setRateHeaders(h http.Header, v *coinpulse.Verdict, now time.Time) {
 	w, ok := closest(v)
 	if !ok {
 		return
 	}
 	reset := max(0, int64(w.Reset.Sub(now)+time.Second-1)/int64(time.Second))
-	h["X-Ratelimit-Limit"] = []string{strconv.FormatInt(w.Limit, 10)}
-	h["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(w.Remaining, 10)}
 	resetAt := w.Reset.Unix()
 	if w.Reset.After(time.Unix(resetAt, 0)) {
 		resetAt++ // round up: a client that waits until then finds the window whole
 	}
-	h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(max(resetAt, now.Unix()), 10)}
-	h["Ratelimit"] = []string{`"` + string(w.Window) + `";r=` + strconv.FormatInt(w.Remaining, 10) + ";t=" + strconv.FormatInt(reset, 10)}
+	remaining := numberValue(w.Remaining)
+	h["X-Ratelimit-Limit"] = numberValue(w.Limit)
+	h["X-Ratelimit-Remaining"] = remaining
+	h["X-Ratelimit-Reset"] = numberValue(max(resetAt, now.Unix()))
+	h["Ratelimit"] = []string{`"` + string(w.Window) + `";r=` + remaining[0] + ";t=" + numberValue(reset)[0]}
+	h["Ratelimit-Policy"] = policyValue(v, now)
+}
+
+// smallNumbers are the header values of 0 to 1,000, made once.
+var smallNumbers = func() (out [1001][]string) {
+	for i := range out {
+		out[i] = []string{strconv.Itoa(i)}
+	}
+	return out
+}()
+
+// lastNumber keeps the last large value formatted (a Unix time, mostly).
+var lastNumber atomic.Pointer[numberCache]
+
+type numberCache struct {
+	n int64
+	v []string
+}
+
+// numberValue returns n as a header value. The slice is shared: never
+// change it.
+func numberValue(n int64) []string {
+	if n >= 0 && n < int64(len(smallNumbers)) {
+		return smallNumbers[n]
+	}
+	if c := lastNumber.Load(); c != nil && c.n == n {
+		return c.v
+	}
+	c := &numberCache{n, []string{strconv.FormatInt(n, 10)}}
+	lastNumber.Store(c)
+	return c.v
+}
+
+// policyKey is what a RateLimit-Policy value depends on.
+type policyKey struct {
+	limits [3]int64
+	month  int64
+}
+
+// policies caches RateLimit-Policy values: there are a few per plan.
+var policies sync.Map // policyKey → []string
+
+func policyValue(v *coinpulse.Verdict, now time.Time) []string {
+	k := policyKey{month: windowSeconds(coinpulse.WindowMonth, now)}
+	for i, x := range v.Windows {
+		k.limits[i] = x.Limit
+	}
+	if p, ok := policies.Load(k); ok {
+		return p.([]string)
+	}
 	var b strings.Builder
 	for _, x := range v.Windows {
 		if x.Limit <= 0 {
@@ -138,7 +192,9 @@ func setRateHeaders(h http.Header, v *coinpulse.Verdict, now time.Time) {
 		}
 		b.WriteString(`"` + string(x.Window) + `";q=` + strconv.FormatInt(x.Limit, 10) + ";w=" + strconv.FormatInt(windowSeconds(x.Window, now), 10))
 	}
-	h["Ratelimit-Policy"] = []string{b.String()}
+	p := []string{b.String()}
+	policies.Store(k, p)
+	return p
 }
 
 // The failures a sandbox key may ask for with X-Sandbox-Simulate.

@@ -2,8 +2,10 @@
 // each admitted call into a bounded in-memory queue, and a batcher (Run)
 // writes them to the store in bulk, one transaction a batch.
 //
-// A batch is written when MaxBatch calls are waiting, or Interval after the
-// first of them was taken from the queue, whichever comes first. A failed
+// Run polls the queue (every Interval/10, 1 to 20 ms) rather than waiting
+// on it, so that recording a call never wakes the batcher. A batch is
+// written when MaxBatch calls are waiting, or at most Interval after the
+// first of them was queued, whichever comes first. A failed
 // write is retried, the same batch, with exponential backoff (50 ms
 // doubling to 5 s, with jitter) until it succeeds or the meter stops:
 // a transient store error loses nothing, while the queue, full, drops new
@@ -37,7 +39,7 @@ type Options struct {
 	// once (default 2,000).
 	MaxBatch int
 	// QueueSize is how many calls may wait to be batched; beyond that
-	// Record drops calls (default 65,536).
+	// Record drops calls (default 8,192).
 	QueueSize int
 }
 
@@ -45,7 +47,11 @@ type Options struct {
 const (
 	DefaultInterval  = time.Second
 	DefaultMaxBatch  = 2000
-	DefaultQueueSize = 1 << 16
+	// DefaultQueueSize holds a quarter second of calls at 30,000 a
+	// second, ten polls' worth. It is kept small on purpose: the queue is
+	// one block of memory full of pointers, which the garbage collector
+	// scans whole at every cycle.
+	DefaultQueueSize = 1 << 13
 )
 
 // Retry backoff of a failed write.
@@ -163,12 +169,20 @@ func (m *Meter) Run(ctx context.Context) error {
 		batch = make([]coinpulse.Call, 0, m.opts.MaxBatch)
 	}
 
-	timer := time.NewTimer(m.opts.Interval)
+	// The queue is polled, not waited on: a Record then never wakes this
+	// goroutine, which under load would cost a scheduler round trip a call.
+	// A call waits at most a poll before it is seen, so the batch timer
+	// runs a poll short of Interval.
+	every := pollEvery(m.opts.Interval)
+	poll := time.NewTicker(every)
+	defer poll.Stop()
+	wait := max(m.opts.Interval-every, time.Millisecond)
+	timer := time.NewTimer(wait)
 	timer.Stop()
 	defer timer.Stop()
 	var due <-chan time.Time // the running timer's channel, nil when none runs
 	if len(batch) > 0 {
-		timer.Reset(m.opts.Interval)
+		timer.Reset(wait)
 		due = timer.C
 	}
 	flush := false
@@ -188,12 +202,7 @@ func (m *Meter) Run(ctx context.Context) error {
 			due, flush = nil, false
 		}
 		select {
-		case c := <-m.queue:
-			if due == nil {
-				timer.Reset(m.opts.Interval)
-				due = timer.C
-			}
-			batch = append(batch, c)
+		case <-poll.C:
 		fill:
 			for len(batch) < m.opts.MaxBatch {
 				select {
@@ -202,6 +211,10 @@ func (m *Meter) Run(ctx context.Context) error {
 				default:
 					break fill
 				}
+			}
+			if len(batch) > 0 && due == nil {
+				timer.Reset(wait)
+				due = timer.C
 			}
 			m.held.Store(int64(len(batch)))
 		case <-due:
@@ -324,4 +337,10 @@ func (m *Meter) write(ctx context.Context, batch []coinpulse.Call, stop <-chan s
 		}
 		delay = min(2*delay, retryMax)
 	}
+}
+
+// pollEvery is how often Run looks at the queue: a tenth of the interval,
+// from 1 ms to 20 ms.
+func pollEvery(interval time.Duration) time.Duration {
+	return min(max(interval/10, time.Millisecond), 20*time.Millisecond)
 }

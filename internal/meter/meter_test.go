@@ -169,7 +169,7 @@ func newLogger() (*slog.Logger, *logs) {
 func TestCloseDrainsEverything(t *testing.T) {
 	db := openStore(t)
 	accounts := newAccounts(t, db, 5)
-	m := meter.New(db, nil, meter.Options{Interval: 5 * time.Millisecond, MaxBatch: 500})
+	m := meter.New(db, nil, meter.Options{Interval: 5 * time.Millisecond, MaxBatch: 500, QueueSize: 1 << 14})
 	start(t, m)
 
 	const goroutines, per = 50, 200
