@@ -45,8 +45,8 @@ type Options struct {
 
 // The defaults of Options.
 const (
-	DefaultInterval  = time.Second
-	DefaultMaxBatch  = 2000
+	DefaultInterval = time.Second
+	DefaultMaxBatch = 2000
 	// DefaultQueueSize holds a quarter second of calls at 30,000 a
 	// second, ten polls' worth. It is kept small on purpose: the queue is
 	// one block of memory full of pointers, which the garbage collector
