@@ -238,7 +238,8 @@ func newLimiter(ctx context.Context, cfg serveConfig, store coinpulse.Store, log
 		return nil, nil, fmt.Errorf("--redis %s: %w", opts.Addr, err)
 	}
 	log.Info("rate limits in Redis", "addr", opts.Addr)
-	return ratelimit.NewRedis(client, seed, ratelimit.WithPrefix(cfg.redisPrefix)), func() { client.Close() }, nil
+	limiter := ratelimit.NewRedis(client, seed, ratelimit.WithPrefix(cfg.redisPrefix))
+	return limiter, func() { limiter.Close(); client.Close() }, nil
 }
 
 // DemoEmail is the account serve creates on a fresh database.

@@ -28,7 +28,7 @@ const monthKeyGrace = 24 * time.Hour
 // each check is one Lua script, exact across every client of the server.
 // Create it with NewRedis.
 type Redis struct {
-	client redis.Scripter
+	client Client
 	seed   Seed
 	prefix string
 	// clock, when set (tests only), replaces the server's TIME.
@@ -43,7 +43,40 @@ type Redis struct {
 	// that concurrent calls in this process share one.
 	mu      sync.Mutex
 	seeding map[string]*redisSeed
+
+	// calls are the checks waiting for a pipeline; see pipeline.
+	calls     chan *scriptCall
+	closed    chan struct{}
+	startOnce sync.Once
+	closeOnce sync.Once
 }
+
+// Client is what the limiter needs of a go-redis client: scripts, and
+// pipelines. *redis.Client and *redis.ClusterClient are Clients.
+type Client interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner
+}
+
+// scriptCall is one check waiting for its pipeline.
+type scriptCall struct {
+	keys []string
+	args []any
+	done chan *redis.Cmd // buffered: the pipeline never waits on it
+}
+
+// The pipelines: concurrent checks of a node travel to Redis together, up
+// to maxPipeline scripts in one write and one read, over at most pipelines
+// connections at a time. A check waits for no timer: a pipeline sends
+// whatever is waiting as soon as it is free, so the busier the node, the
+// fuller the pipelines. One pipeline measured best (bench/limits.sh: 0.53x
+// of limits off, against 0.51x with four and 0.39x with a round trip per
+// check; about 13 checks travel together at 64 connections): Redis runs
+// scripts one at a time anyway.
+const (
+	pipelines   = 1
+	maxPipeline = 256
+)
 
 type redisSeed struct {
 	done chan struct{}
@@ -72,9 +105,10 @@ func withClock(clock coinpulse.Clock) Option {
 // cluster) behind client, seeding each account's month from seed (nil:
 // from 0). A *redis.Client, *redis.ClusterClient or any
 // redis.UniversalClient will do.
-func NewRedis(client redis.Scripter, seed Seed, opts ...Option) *Redis {
+func NewRedis(client Client, seed Seed, opts ...Option) *Redis {
 	r := &Redis{client: client, seed: seed, prefix: DefaultPrefix, nodeClock: time.Now,
-		seeding: make(map[string]*redisSeed)}
+		seeding: make(map[string]*redisSeed), calls: make(chan *scriptCall, pipelines*maxPipeline),
+		closed: make(chan struct{})}
 	for _, o := range opts {
 		o(r)
 	}
@@ -126,11 +160,11 @@ func (r *Redis) check(ctx context.Context, account string, l coinpulse.Limits, c
 		if attempt == 4 {
 			return coinpulse.Verdict{}, fmt.Errorf("ratelimit: %s: the month keeps changing under the check", account)
 		}
-		res, err := limitScript.Run(ctx, r.client, r.keys(account, start),
+		res, err := r.run(ctx, r.keys(account, start),
 			mode, nowArg, start.UnixMicro(), end.UnixMicro(), seed,
 			sec.t/unit, sec.tau/unit, minute.t/unit, minute.tau/unit, l.Monthly,
 			monthKeyGrace.Milliseconds(), r.ttlPad.Milliseconds(),
-		).Int64Slice()
+		)
 		if err != nil {
 			return coinpulse.Verdict{}, fmt.Errorf("ratelimit: redis: %w", err)
 		}
@@ -258,4 +292,98 @@ func (r *Redis) Refund(ctx context.Context, account string, l coinpulse.Limits) 
 		return fmt.Errorf("ratelimit: redis refund: %w", err)
 	}
 	return nil
+}
+
+// errClosed is what checks get after Close.
+var errClosed = fmt.Errorf("limiter closed")
+
+// run runs limit.lua through a pipeline (see pipelines) and returns its
+// reply.
+func (r *Redis) run(ctx context.Context, keys []string, args ...any) ([]int64, error) {
+	r.startOnce.Do(func() {
+		for range pipelines {
+			go r.pipeline()
+		}
+	})
+	c := &scriptCall{keys: keys, args: args, done: make(chan *redis.Cmd, 1)}
+	select {
+	case r.calls <- c:
+	case <-r.closed:
+		return nil, errClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case cmd := <-c.done:
+		return cmd.Int64Slice()
+	case <-r.closed:
+		return nil, errClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// pipeline sends the waiting checks together until Close.
+func (r *Redis) pipeline() {
+	batch := make([]*scriptCall, 0, maxPipeline)
+	for {
+		select {
+		case <-r.closed:
+			return
+		case first := <-r.calls:
+			batch = append(batch[:0], first)
+		}
+	fill:
+		for len(batch) < maxPipeline {
+			select {
+			case c := <-r.calls:
+				batch = append(batch, c)
+			default:
+				break fill
+			}
+		}
+		r.send(batch)
+	}
+}
+
+// pipelineTimeout bounds one pipeline's round trip.
+const pipelineTimeout = 5 * time.Second
+
+// send runs batch's scripts in one pipeline and hands each its reply. The
+// scripts go by SHA; if the server does not know the script (a restart, a
+// SCRIPT FLUSH), it is loaded and the refused ones are sent again.
+func (r *Redis) send(batch []*scriptCall) {
+	ctx, cancel := context.WithTimeout(context.Background(), pipelineTimeout)
+	defer cancel()
+	cmds := make([]*redis.Cmd, len(batch))
+	exec := func(which []int) {
+		pipe := r.client.Pipeline()
+		for _, i := range which {
+			cmds[i] = limitScript.EvalSha(ctx, pipe, batch[i].keys, batch[i].args...)
+		}
+		_, _ = pipe.Exec(ctx) // each command carries its own error
+	}
+	all := make([]int, len(batch))
+	for i := range all {
+		all[i] = i
+	}
+	exec(all)
+	var again []int
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 && limitScript.Load(ctx, r.client).Err() == nil {
+		exec(again)
+	}
+	for i, c := range batch {
+		c.done <- cmds[i]
+	}
+}
+
+// Close stops the limiter's pipelines: checks waiting and checks after it
+// fail. It does not close the client.
+func (r *Redis) Close() {
+	r.closeOnce.Do(func() { close(r.closed) })
 }

@@ -226,3 +226,50 @@ func TestRedisURL(t *testing.T) {
 		})
 	}
 }
+
+// A server that forgot the script (restart, SCRIPT FLUSH) gets it again
+// and every check of the pipeline is answered; after Close, checks fail
+// instead of hanging.
+func TestRedisScriptFlushedAndClose(t *testing.T) {
+	c := newTestClient(t)
+	lim := NewRedis(c, nil, WithPrefix(testPrefix(t)))
+	ctx := context.Background()
+	l := coinpulse.Limits{PerSecond: 1000, PerMinute: 10000, Monthly: 100000}
+	if _, err := lim.Allow(ctx, "acct-1", l); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const n = 50
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			v, err := lim.Allow(ctx, "acct-1", l)
+			if err == nil && !v.Allowed {
+				err = fmt.Errorf("refused: %+v", v)
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatalf("after SCRIPT FLUSH: %v", err)
+		}
+	}
+	v, err := lim.Peek(ctx, "acct-1", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := v.Windows[2].Remaining; got != 100000-1-n {
+		t.Fatalf("month remaining %d, want %d", got, 100000-1-n)
+	}
+
+	lim.Close()
+	lim.Close() // twice is fine
+	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := lim.Allow(tctx, "acct-1", l); err == nil || tctx.Err() != nil {
+		t.Fatalf("Allow after Close: %v (context %v), want an immediate error", err, tctx.Err())
+	}
+}
