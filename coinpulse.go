@@ -29,6 +29,7 @@ type Store interface {
 	HistoryStore
 	KVStore
 	UsageStore
+	AlertStore
 	// Ping reports whether the store answers.
 	Ping(ctx context.Context) error
 	// Close releases the store's connections.

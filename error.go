@@ -9,13 +9,15 @@ import (
 type Code string
 
 // The error kinds of the SPEC's table, plus the two that account management
-// needs (KEY_LIMIT_REACHED, CONFLICT).
+// needs (KEY_LIMIT_REACHED, CONFLICT), and ALERT_LIMIT_REACHED, the alerts'
+// counterpart of PORTFOLIO_LIMIT_REACHED.
 const (
 	CodeInvalidAPIKey         Code = "INVALID_API_KEY"
 	CodeExpiredSubscription   Code = "EXPIRED_SUBSCRIPTION"
 	CodePermissionDenied      Code = "PERMISSION_DENIED"
 	CodePortfolioLimitReached Code = "PORTFOLIO_LIMIT_REACHED"
 	CodeKeyLimitReached       Code = "KEY_LIMIT_REACHED"
+	CodeAlertLimitReached     Code = "ALERT_LIMIT_REACHED"
 	CodeNotFound              Code = "RESOURCE_NOT_FOUND"
 	CodeMethodNotAllowed      Code = "METHOD_NOT_ALLOWED"
 	CodeConflict              Code = "CONFLICT"

@@ -20,7 +20,8 @@ func statusOf(code coinpulse.Code) int {
 	case coinpulse.CodeInvalidAPIKey:
 		return http.StatusUnauthorized
 	case coinpulse.CodeExpiredSubscription, coinpulse.CodePermissionDenied,
-		coinpulse.CodePortfolioLimitReached, coinpulse.CodeKeyLimitReached:
+		coinpulse.CodePortfolioLimitReached, coinpulse.CodeKeyLimitReached,
+		coinpulse.CodeAlertLimitReached:
 		return http.StatusForbidden
 	case coinpulse.CodeNotFound:
 		return http.StatusNotFound
