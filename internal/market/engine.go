@@ -42,6 +42,7 @@ type Engine struct {
 
 	mu       sync.Mutex
 	retained []*Snapshot
+	subs     []chan *Snapshot
 
 	// Owned by the goroutine that runs Load, then Run.
 	coins    map[string]*coinState
@@ -430,7 +431,29 @@ func (e *Engine) publish(now time.Time) {
 	}
 	e.retained = append(e.retained[:0], e.retained[cut:]...)
 	e.current.Store(s)
+	for _, c := range e.subs {
+		select { // replace an unread older snapshot: readers want the latest
+		case <-c:
+		default:
+		}
+		c <- s
+	}
 	e.mu.Unlock()
+}
+
+// Subscribe returns a channel that receives each new snapshot. A reader
+// that falls behind skips to the latest: the channel holds one snapshot,
+// replaced by the next, so publishing never waits on a reader. The
+// current snapshot, if any, is sent at once.
+func (e *Engine) Subscribe() <-chan *Snapshot {
+	c := make(chan *Snapshot, 1)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if s := e.current.Load(); s != nil {
+		c <- s
+	}
+	e.subs = append(e.subs, c)
+	return c
 }
 
 // History returns a coin's points at interval over the last days days (0:

@@ -149,6 +149,10 @@ func global(coins []*coinpulse.CoinDetail, markets *int) coinpulse.GlobalStats {
 // Len returns the number of coins.
 func (s *Snapshot) Len() int { return len(s.coins) }
 
+// Coins returns every coin by market-cap rank. The slice is the
+// snapshot's own: do not change it.
+func (s *Snapshot) Coins() []*coinpulse.CoinDetail { return s.coins }
+
 // Page returns page (1-based) of perPage items in order, and the total
 // number of pages. A page past the end is empty.
 func (s *Snapshot) Page(order Order, page, perPage int) (items []*coinpulse.CoinDetail, totalPages int) {
