@@ -1,0 +1,232 @@
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	mrand "math/rand/v2"
+	"sync"
+	"time"
+
+	"coinpulse"
+)
+
+// Dispatcher delivers the outbox: it leases due deliveries from the store,
+// sends each (webhooks through a Sender, e-mails through a Mailer) and
+// records the attempt. Every node may run one: a lease gives a delivery to
+// one node at a time, and a node that dies mid-delivery loses only its
+// lease, so the delivery is sent again, with the same webhook-id, once the
+// lease expires (at-least-once).
+type Dispatcher struct {
+	store  DispatchStore
+	sender *Sender
+	mailer *Mailer // nil: e-mail is undeliverable
+	log    *slog.Logger
+	clock  func() time.Time
+	opts   DispatchOptions
+	wake   chan struct{}
+}
+
+// DispatchStore is what the dispatcher needs of the store.
+type DispatchStore interface {
+	coinpulse.AlertStore
+	UserByID(ctx context.Context, id int64) (*coinpulse.User, error)
+}
+
+// DispatchOptions tunes a Dispatcher; zero values take the defaults.
+type DispatchOptions struct {
+	// Poll is the longest a due delivery waits when nobody wakes the
+	// dispatcher (default 1 s).
+	Poll time.Duration
+	// Lease is how long a claimed delivery is this node's (default 2 min,
+	// well over an attempt's timeout).
+	Lease time.Duration
+	// Workers is how many deliveries are sent at once (default 32).
+	Workers int
+	// Batch is how many deliveries one claim takes (default 128).
+	Batch int
+	// Clock is the time of attempts (default time.Now).
+	Clock func() time.Time
+	// Rand returns a number in [0, 1) for e-mail retry jitter.
+	Rand func() float64
+}
+
+// NewDispatcher returns a dispatcher; mailer nil marks e-mails
+// undeliverable.
+func NewDispatcher(store DispatchStore, sender *Sender, mailer *Mailer, log *slog.Logger, opts DispatchOptions) *Dispatcher {
+	if opts.Poll <= 0 {
+		opts.Poll = time.Second
+	}
+	if opts.Lease <= 0 {
+		opts.Lease = 2 * time.Minute
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 32
+	}
+	if opts.Batch <= 0 {
+		opts.Batch = 128
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	if opts.Rand == nil {
+		opts.Rand = mrand.Float64
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Dispatcher{store: store, sender: sender, mailer: mailer, log: log, clock: opts.Clock, opts: opts,
+		wake: make(chan struct{}, 1)}
+}
+
+// Wake makes the dispatcher look for due deliveries now (after a firing).
+func (d *Dispatcher) Wake() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run delivers until ctx ends. Attempts in flight when ctx ends are
+// abandoned unrecorded; their leases expire and they are sent again.
+func (d *Dispatcher) Run(ctx context.Context) {
+	sem := make(chan struct{}, d.opts.Workers)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.wake:
+		case <-t.C:
+		}
+		for ctx.Err() == nil {
+			n := 0
+			for _, kind := range []coinpulse.DeliveryKind{coinpulse.KindWebhook, coinpulse.KindEmail} {
+				ds, err := d.store.ClaimDeliveries(ctx, kind, d.clock(), d.opts.Lease, d.opts.Batch)
+				if err != nil {
+					if ctx.Err() == nil {
+						d.log.Error("claim deliveries", "kind", kind, "err", err)
+					}
+					break
+				}
+				n += len(ds)
+				for _, del := range ds {
+					select {
+					case sem <- struct{}{}:
+					case <-ctx.Done():
+						return
+					}
+					wg.Go(func() {
+						defer func() { <-sem }()
+						d.deliver(ctx, del)
+					})
+				}
+			}
+			if n == 0 {
+				break
+			}
+		}
+		t.Reset(d.opts.Poll)
+	}
+}
+
+// deliver makes one attempt of del and records it.
+func (d *Dispatcher) deliver(ctx context.Context, del coinpulse.Delivery) {
+	var a coinpulse.Attempt
+	switch del.Kind {
+	case coinpulse.KindWebhook:
+		a = d.webhook(ctx, del)
+	case coinpulse.KindEmail:
+		a = d.email(ctx, del)
+	default:
+		a = coinpulse.Attempt{At: d.clock(), Status: coinpulse.DeliveryFailed, Error: "unknown delivery kind " + string(del.Kind)}
+	}
+	if ctx.Err() != nil {
+		return // shutting down: the lease expires and the attempt is made again
+	}
+	if err := d.store.RecordAttempt(ctx, del.ID, a); err != nil && ctx.Err() == nil && !coinpulse.IsNotFound(err) { // not found: the endpoint was deleted meanwhile
+		d.log.Error("record delivery attempt", "delivery", del.ID, "err", err)
+	}
+}
+
+func (d *Dispatcher) webhook(ctx context.Context, del coinpulse.Delivery) coinpulse.Attempt {
+	now := d.clock()
+	wh, err := d.store.Webhook(ctx, del.Owner, del.EndpointID)
+	switch {
+	case err != nil && coinpulse.IsNotFound(err):
+		return coinpulse.Attempt{At: now, Status: coinpulse.DeliveryFailed, Error: "the endpoint was deleted"}
+	case err != nil:
+		return coinpulse.Attempt{At: now, Status: coinpulse.DeliveryPending, NextAttemptAt: now.Add(time.Minute), Error: "internal error; will retry"}
+	case !wh.Enabled && del.EventType != coinpulse.EventWebhookTest:
+		return coinpulse.Attempt{At: now, Status: coinpulse.DeliveryFailed, Error: "the endpoint is disabled: " + wh.DisabledReason}
+	}
+	res := d.sender.Send(ctx, wh.URL, wh.Secret, del, now)
+	a := d.sender.Outcome(res, del.Attempts+1, d.clock())
+	if !wh.Enabled { // a test event to a disabled endpoint: no retries, no disabling
+		if a.Status == coinpulse.DeliveryPending {
+			a.Status = coinpulse.DeliveryFailed
+		}
+		a.DisableEndpoint = ""
+	}
+	return a
+}
+
+// mailEvent is the part of an alert.triggered payload an e-mail needs.
+type mailEvent struct {
+	Data struct {
+		Alert struct {
+			ID             int64          `json:"id"`
+			CoinID         string         `json:"coin_id"`
+			CoinSymbol     string         `json:"coin_symbol"`
+			TargetPrice    json.Number    `json:"target_price"`
+			Condition      string         `json:"condition"`
+			TriggeredAt    time.Time      `json:"triggered_at"`
+			TriggeredPrice json.Number    `json:"triggered_price"`
+			Mode           coinpulse.Mode `json:"mode"`
+		} `json:"alert"`
+	} `json:"data"`
+}
+
+func (d *Dispatcher) email(ctx context.Context, del coinpulse.Delivery) coinpulse.Attempt {
+	now := d.clock()
+	if d.mailer == nil {
+		return coinpulse.Attempt{At: now, Status: coinpulse.DeliveryUndeliverable, Error: "no SMTP server is configured on this Coinpulse server"}
+	}
+	var ev mailEvent
+	if err := json.Unmarshal(del.Payload, &ev); err != nil {
+		return coinpulse.Attempt{At: now, Status: coinpulse.DeliveryFailed, Error: "the event could not be read"}
+	}
+	u, err := d.store.UserByID(ctx, del.Owner.UserID)
+	if err != nil {
+		if coinpulse.IsNotFound(err) {
+			return coinpulse.Attempt{At: now, Status: coinpulse.DeliveryFailed, Error: "the account no longer exists"}
+		}
+		return coinpulse.Attempt{At: now, Status: coinpulse.DeliveryPending, NextAttemptAt: now.Add(time.Minute), Error: "internal error; will retry"}
+	}
+	al := ev.Data.Alert
+	err = d.mailer.SendAlert(ctx, u.Email, AlertMail{
+		AlertID: al.ID, EventID: del.EventID, Mode: del.Owner.Mode, CoinID: al.CoinID, CoinSymbol: al.CoinSymbol,
+		Condition: coinpulse.Condition(al.Condition), TargetPrice: al.TargetPrice.String(),
+		TriggeredPrice: al.TriggeredPrice.String(), TriggeredAt: al.TriggeredAt,
+	})
+	now = d.clock()
+	if err == nil {
+		return coinpulse.Attempt{At: now, Status: coinpulse.DeliveryDelivered}
+	}
+	a := coinpulse.Attempt{At: now, Error: truncate(err.Error(), maxErrorLen)}
+	if IsPermanent(err) || errors.Is(err, ErrInvalidAddress) {
+		a.Status = coinpulse.DeliveryFailed
+		return a
+	}
+	next, giveUp := NextAttempt(del.Attempts+1, now, d.opts.Rand)
+	if giveUp {
+		a.Status = coinpulse.DeliveryFailed
+		return a
+	}
+	a.Status, a.NextAttemptAt = coinpulse.DeliveryPending, next
+	return a
+}
