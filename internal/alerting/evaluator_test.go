@@ -1,0 +1,143 @@
+package alerting_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"coinpulse"
+	"coinpulse/internal/alerting"
+	"coinpulse/internal/market"
+	"coinpulse/internal/sqlite"
+)
+
+var snapSeq int
+
+func snapshot(at time.Time, prices map[string]float64) *market.Snapshot {
+	var ds []coinpulse.CoinDetail
+	for id, p := range prices {
+		var d coinpulse.CoinDetail
+		d.ID, d.Symbol, d.Name, d.CurrentPrice, d.MarketCap = id, id[:3], id, p, p*1000
+		ds = append(ds, d)
+	}
+	snapSeq++
+	return market.Build("t"+strconv.Itoa(snapSeq), at, "test", true, ds, nil, 0)
+}
+
+func event(a *coinpulse.Alert) coinpulse.Event {
+	return coinpulse.Event{ID: "msg_" + strconv.FormatInt(a.ID, 10), Type: coinpulse.EventAlertTriggered, Payload: []byte(`{}`)}
+}
+
+// failingStore fails FireAlerts while fail is set.
+type failingStore struct {
+	coinpulse.AlertStore
+	fail bool
+}
+
+func (s *failingStore) FireAlerts(ctx context.Context, fs []coinpulse.Firing, ev coinpulse.EventFunc) ([]coinpulse.Alert, error) {
+	if s.fail {
+		return nil, errors.New("database unavailable")
+	}
+	return s.AlertStore.FireAlerts(ctx, fs, ev)
+}
+
+func TestEvaluator(t *testing.T) {
+	ctx := context.Background()
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "e.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	u := &coinpulse.User{Email: "e@example.com", Tier: coinpulse.TierPro}
+	if err := db.CreateUser(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	o := coinpulse.Owner{UserID: u.ID, Mode: coinpulse.ModeLive}
+	now := time.Now().UTC().Truncate(time.Second)
+	create := func(coin string, target int64, c coinpulse.Condition) *coinpulse.Alert {
+		a := &coinpulse.Alert{Owner: o, CoinID: coin, CoinSymbol: coin[:3], TargetPrice: decimal.NewFromInt(target), Condition: c, IsActive: true, CreatedAt: now}
+		if err := db.CreateAlert(ctx, a, -1); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	// Armed before the evaluator starts: an alert already crossed fires at
+	// the first tick (a crossing while the server was down).
+	down := create("bitcoin", 100, coinpulse.Above)
+	later := create("bitcoin", 200, coinpulse.Above)
+	below := create("ethereum", 50, coinpulse.Below)
+
+	store := &failingStore{AlertStore: db}
+	var announced []int64
+	ev := alerting.NewEvaluator(alerting.EvaluatorConfig{Store: store, Event: event, Clock: func() time.Time { return now },
+		OnFire: func(fired []coinpulse.Alert) {
+			for _, a := range fired {
+				announced = append(announced, a.ID)
+			}
+		}})
+
+	ids := func(as []coinpulse.Alert) []int64 {
+		var out []int64
+		for _, a := range as {
+			out = append(out, a.ID)
+		}
+		return out
+	}
+	fired, err := ev.Evaluate(ctx, snapshot(now, map[string]float64{"bitcoin": 150, "ethereum": 60}))
+	if err != nil || len(fired) != 1 || fired[0].ID != down.ID {
+		t.Fatalf("first tick fired %v, %v; want [%d]", ids(fired), err, down.ID)
+	}
+	if fired[0].IsActive || fired[0].TriggeredAt == nil || !fired[0].TriggeredPrice.Decimal.Equal(decimal.NewFromInt(150)) {
+		t.Fatalf("fired alert %+v", fired[0])
+	}
+	// Price equal to the target: nothing.
+	if fired, err := ev.Evaluate(ctx, snapshot(now.Add(time.Second), map[string]float64{"bitcoin": 200, "ethereum": 50})); err != nil || len(fired) != 0 {
+		t.Fatalf("tick at the targets fired %v, %v", ids(fired), err)
+	}
+	// The store fails: nothing is lost, the next tick fires.
+	store.fail = true
+	if _, err := ev.Evaluate(ctx, snapshot(now.Add(2*time.Second), map[string]float64{"bitcoin": 250, "ethereum": 40})); err == nil {
+		t.Fatal("want the store's error")
+	}
+	store.fail = false
+	fired, err = ev.Evaluate(ctx, snapshot(now.Add(3*time.Second), map[string]float64{"bitcoin": 250, "ethereum": 40}))
+	if err != nil || len(fired) != 2 {
+		t.Fatalf("after the failure fired %v, %v; want %d and %d", ids(fired), err, later.ID, below.ID)
+	}
+	// Fired alerts stay fired; an alert armed by another node (straight in
+	// the store, not through Armed) is found by the next poll.
+	other := create("ethereum", 45, coinpulse.Below)
+	fired, err = ev.Evaluate(ctx, snapshot(now.Add(4*time.Second), map[string]float64{"bitcoin": 300, "ethereum": 30}))
+	if err != nil || len(fired) != 1 || fired[0].ID != other.ID {
+		t.Fatalf("fired %v, %v; want only [%d]", ids(fired), err, other.ID)
+	}
+	// Re-enabled: armed again, fires again once.
+	if _, err := db.ToggleAlert(ctx, o, down.ID, -1, now); err != nil { // off (already inactive: on)
+		t.Fatal(err)
+	}
+	a, err := db.Alert(ctx, o, down.ID)
+	if err != nil || !a.IsActive {
+		t.Fatalf("re-enabled alert %+v, %v", a, err)
+	}
+	for range 2 {
+		fired, err = ev.Evaluate(ctx, snapshot(now.Add(5*time.Second), map[string]float64{"bitcoin": 300, "ethereum": 30}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fired) > 0 && (len(fired) != 1 || fired[0].ID != down.ID) {
+			t.Fatalf("fired %v after re-enable; want only [%d]", ids(fired), down.ID)
+		}
+	}
+	want := []int64{down.ID, later.ID, below.ID, other.ID, down.ID}
+	if len(announced) != len(want) {
+		t.Fatalf("announced %v, want %v (in some order within a tick)", announced, want)
+	}
+	if ev.Index().Len() != 0 {
+		t.Fatalf("index holds %d entries, want 0", ev.Index().Len())
+	}
+}
