@@ -58,11 +58,16 @@ func (s *Server) authenticate(r *http.Request) (*principal, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s.authenticateKey(r.Context(), key)
+}
+
+// authenticateKey resolves a key to a principal.
+func (s *Server) authenticateKey(ctx context.Context, key string) (*principal, error) {
 	if _, err := coinpulse.ParseKey(key); err != nil {
 		return nil, err
 	}
 	var buf [coinpulse.KeyLen]byte // ParseKey checked the length
-	p, err := s.keys.lookup(r.Context(), sha256.Sum256(buf[:copy(buf[:], key)]))
+	p, err := s.keys.lookup(ctx, sha256.Sum256(buf[:copy(buf[:], key)]))
 	if err != nil {
 		return nil, err
 	}
@@ -103,6 +108,8 @@ func (s *Server) authorize(p *principal, r *http.Request, rt Route) error {
 		return coinpulse.Errorf(coinpulse.CodePermissionDenied, "The %s plan has no API access (only /usage answers). Upgrade at /user/api to use %s.", u.Tier, routeLabel(rt))
 	case !rt.Basic && plan.Endpoints != coinpulse.EndpointsAll:
 		return coinpulse.Errorf(coinpulse.CodePermissionDenied, "The %s plan includes only the basic endpoints (/markets, /markets/search, /markets/global, /coins/{id}, /usage). Upgrade to premium or higher at /user/api to use %s.", u.Tier, routeLabel(rt))
+	case rt.Webhooks && !plan.Webhooks:
+		return coinpulse.Errorf(coinpulse.CodePermissionDenied, "The %s plan does not include webhooks and WebSocket streams. Upgrade to premium or higher at /user/api to use %s.", u.Tier, routeLabel(rt))
 	}
 	return nil
 }
@@ -122,6 +129,9 @@ type keyCache struct {
 
 	touchMu sync.Mutex
 	touched map[int64]time.Time
+
+	// onChange, when set, runs after each change of the auth epoch.
+	onChange func(ctx context.Context)
 }
 
 type cacheEntry struct {
@@ -174,14 +184,17 @@ func (c *keyCache) lookup(ctx context.Context, sum [sha256.Size]byte) (*principa
 	return p, nil
 }
 
-// invalidate drops every entry.
-func (c *keyCache) setEpoch(epoch int64) {
+// setEpoch drops every entry when epoch is new, and reports whether it
+// was.
+func (c *keyCache) setEpoch(epoch int64) bool {
 	c.mu.Lock()
-	if epoch != c.epoch {
-		c.epoch = epoch
-		clear(c.entries)
+	defer c.mu.Unlock()
+	if epoch == c.epoch {
+		return false
 	}
-	c.mu.Unlock()
+	c.epoch = epoch
+	clear(c.entries)
+	return true
 }
 
 func (c *keyCache) touch(keyID int64, t time.Time) {
@@ -225,7 +238,9 @@ func (c *keyCache) run(ctx context.Context, log *slog.Logger) {
 				}
 				continue
 			}
-			c.setEpoch(epoch)
+			if c.setEpoch(epoch) && c.onChange != nil {
+				c.onChange(ctx)
+			}
 		case <-flush.C:
 			if err := c.flushTouched(ctx); err != nil && ctx.Err() == nil {
 				log.Warn("flush key last-used times", "err", err)

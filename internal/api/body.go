@@ -58,7 +58,11 @@ func readBody(r *http.Request, allowed ...string) (*body, error) {
 	}
 	slices.Sort(unknown)
 	for _, name := range unknown {
-		b.fail(truncate(name, 50), "unknown field; this endpoint takes "+strings.Join(allowed, ", "))
+		field := truncate(name, 50)
+		if field == "" {
+			field = `""`
+		}
+		b.fail(field, "unknown field; this endpoint takes "+strings.Join(allowed, ", "))
 	}
 	return b, nil
 }
@@ -163,6 +167,22 @@ func (b *body) id(name string) (int64, bool) {
 		return 0, false
 	}
 	return n, true
+}
+
+// boolean reads an optional true/false field, def when absent or null.
+func (b *body) boolean(name string, def bool) (bool, bool) {
+	v, present := b.raw(name, false)
+	if !present {
+		return def, true
+	}
+	switch string(v) {
+	case "true":
+		return true, true
+	case "false":
+		return false, true
+	}
+	b.fail(name, "must be true or false")
+	return def, false
 }
 
 // enum reads a string field that must be one of allowed.

@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/shopspring/decimal"
 
 	"coinpulse"
 	"coinpulse/internal/feed/sim"
@@ -154,6 +156,7 @@ func TestResponsesMatchSpec(t *testing.T) {
 		})
 	}
 	t.Run("portfolios", func(t *testing.T) { portfoliosMatchSpec(t, doc, srv) })
+	t.Run("alerts", func(t *testing.T) { alertsMatchSpec(t, doc, srv) })
 	t.Run("limits", func(t *testing.T) { limitsMatchSpec(t, doc) })
 	// The spec and docs are served as they are embedded.
 	for _, path := range []string{"/api/v1/openapi.json", "/v1/openapi.json"} {
@@ -767,4 +770,338 @@ func sharedSymbol() string {
 		}
 	}
 	return ""
+}
+
+// Alerts and webhook endpoints through the API, and their errors, each
+// answer checked against the spec of its operation and status, each request
+// body against the documented request schema. The shared server runs no
+// alert evaluator and no dispatcher: firings and delivery attempts are made
+// through the store, as those would make them, and read through the API.
+func alertsMatchSpec(t *testing.T, doc *openapi3.T, srv *Server) {
+	ctx := context.Background()
+	me := newUser(t, coinpulse.TierPro, nil)
+	key, _ := newKey(t, me, coinpulse.ModeLive, rw, nil)
+	mySandbox, _ := newKey(t, me, coinpulse.ModeTest, rw, nil)
+	live := coinpulse.Owner{UserID: me.ID, Mode: coinpulse.ModeLive}
+	other := proKey(t)
+	premium := newUser(t, coinpulse.TierPremium, nil)
+	readOnly, _ := newKey(t, premium, coinpulse.ModeLive, coinpulse.Permissions{Read: true}, nil)
+	sandbox, _ := newKey(t, premium, coinpulse.ModeTest, rw, nil)
+	free, _ := newKey(t, newUser(t, coinpulse.TierFree, nil), coinpulse.ModeLive, rw, nil)
+	succeeded := map[string]bool{}
+	call := specCaller(t, doc, srv, true, succeeded)
+	id := func(res *response) int64 {
+		t.Helper()
+		var v struct {
+			ID int64 `json:"id"`
+		}
+		if err := json.Unmarshal(res.Data, &v); err != nil || v.ID == 0 {
+			t.Fatalf("no id in %s", res.Data)
+		}
+		return v.ID
+	}
+	type delivery struct {
+		ID        int64  `json:"id"`
+		EventType string `json:"event_type"`
+		Status    string `json:"status"`
+	}
+	deliveries := func(res *response) []delivery {
+		t.Helper()
+		var ds []delivery
+		if err := json.Unmarshal(res.Data, &ds); err != nil {
+			t.Fatalf("deliveries: %v\n%s", err, res.Data)
+		}
+		return ds
+	}
+	record := func(id int64, a coinpulse.Attempt) {
+		t.Helper()
+		if err := shared.store.RecordAttempt(ctx, id, a); err != nil {
+			t.Fatalf("RecordAttempt %d: %v", id, err)
+		}
+	}
+
+	// Webhook endpoints first, so that the firing below has somewhere to go.
+	// Literal public addresses: registration resolves no name then.
+	res := call(specCall{method: "POST", route: "/webhooks", target: "/api/v1/webhooks", key: key,
+		body: `{"url":"https://93.184.215.14/hooks/coinpulse","description":"spec walk"}`, status: http.StatusCreated})
+	hook := id(res)
+	if !strings.Contains(string(res.Data), `"secret":"whsec_`) {
+		t.Errorf("POST /webhooks without the secret: %s", res.Data)
+	}
+	gone := id(call(specCall{method: "POST", route: "/webhooks", target: "/v1/webhooks", key: key,
+		body: `{"url":"  HTTPS://93.184.215.14:8443/gone  ","events":["alert.triggered","alert.triggered"],"description":null}`, status: http.StatusCreated}))
+	res = call(specCall{method: "GET", route: "/webhooks", target: "/api/v1/webhooks", key: key, status: http.StatusOK})
+	if strings.Contains(string(res.Data), "secret") {
+		t.Errorf("GET /webhooks shows a secret: %s", res.Data)
+	}
+	hookBase := fmt.Sprintf("/api/v1/webhooks/%d", hook)
+
+	// Alerts.
+	btc := id(call(specCall{method: "POST", route: "/alerts", target: "/api/v1/alerts", key: key,
+		body: `{"coin_id":"bitcoin","target_price":1,"condition":"above","notify_email":true}`, status: http.StatusCreated}))
+	eth := id(call(specCall{method: "POST", route: "/alerts", target: "/v1/alerts", key: key,
+		body: `{"coin_id":"Ethereum","target_price":"2500.000000000000000001","condition":"below","notify_email":null}`, status: http.StatusCreated}))
+	call(specCall{method: "POST", route: "/alerts", target: "/api/v1/alerts", key: key,
+		body: `{"coin_id":"eth","target_price":"0.000000000000000001","condition":"below","notify_email":false}`, status: http.StatusCreated})
+	btcPath := fmt.Sprintf("/api/v1/alerts/%d", btc)
+	call(specCall{method: "GET", route: "/alerts", target: "/api/v1/alerts", key: key, status: http.StatusOK})
+	call(specCall{method: "GET", route: "/alerts/{id}", target: btcPath, key: key, status: http.StatusOK})
+
+	// The evaluator sees bitcoin above 1: the alert fires, its e-mail and
+	// a delivery to each endpoint are queued.
+	a, err := shared.store.Alert(ctx, live, btc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fired, err := shared.store.FireAlerts(ctx, []coinpulse.Firing{{AlertID: btc, ArmedSeq: a.ArmedSeq,
+		Price: decimal.RequireFromString("104231.55"), At: time.Now()}}, AlertEvent)
+	if err != nil || len(fired) != 1 {
+		t.Fatalf("FireAlerts: %v, %d fired", err, len(fired))
+	}
+	res = call(specCall{method: "GET", route: "/alerts/{id}", target: btcPath, key: key, status: http.StatusOK})
+	if !strings.Contains(string(res.Data), `"is_active":false`) || !strings.Contains(string(res.Data), `"email_status":"pending"`) {
+		t.Errorf("fired alert: %s", res.Data)
+	}
+	call(specCall{method: "GET", route: "/alerts", target: "/api/v1/alerts", key: key, status: http.StatusOK})
+
+	// Its deliveries: one attempt failed and to be retried; a test event,
+	// delivered; the other endpoint answered 410 and was disabled.
+	ds := deliveries(call(specCall{method: "GET", route: "/webhooks/{id}/deliveries", target: hookBase + "/deliveries", key: key, status: http.StatusOK}))
+	if len(ds) != 1 || ds[0].EventType != coinpulse.EventAlertTriggered || ds[0].Status != "pending" {
+		t.Fatalf("deliveries after the firing: %+v", ds)
+	}
+	now := time.Now()
+	record(ds[0].ID, coinpulse.Attempt{At: now, Status: coinpulse.DeliveryPending, NextAttemptAt: now.Add(5 * time.Second),
+		StatusCode: http.StatusServiceUnavailable, Error: "the endpoint answered 503 Service Unavailable"})
+	test := id(call(specCall{method: "POST", route: "/webhooks/{id}/test", target: hookBase + "/test", key: key, status: http.StatusAccepted}))
+	record(test, coinpulse.Attempt{At: now, Status: coinpulse.DeliveryDelivered, StatusCode: http.StatusNoContent})
+	call(specCall{method: "POST", route: "/webhooks/{id}/test", target: hookBase + "/test", key: key, body: `{}`, status: http.StatusAccepted})
+	ds = deliveries(call(specCall{method: "GET", route: "/webhooks/{id}/deliveries", target: hookBase + "/deliveries?limit=100", key: key, status: http.StatusOK}))
+	if len(ds) != 3 {
+		t.Errorf("deliveries: %+v", ds)
+	}
+	call(specCall{method: "GET", route: "/webhooks/{id}/deliveries", target: hookBase + "/deliveries?limit=1", key: key, status: http.StatusOK})
+	gds := deliveries(call(specCall{method: "GET", route: "/webhooks/{id}/deliveries", target: fmt.Sprintf("/api/v1/webhooks/%d/deliveries", gone), key: key, status: http.StatusOK}))
+	if len(gds) != 1 {
+		t.Fatalf("deliveries of the second endpoint: %+v", gds)
+	}
+	record(gds[0].ID, coinpulse.Attempt{At: now, Status: coinpulse.DeliveryFailed, StatusCode: http.StatusGone,
+		Error: "the endpoint answered 410 Gone", DisableEndpoint: "the endpoint answered 410 Gone"})
+	call(specCall{method: "GET", route: "/webhooks/{id}/deliveries", target: fmt.Sprintf("/api/v1/webhooks/%d/deliveries", gone), key: key, status: http.StatusOK})
+	res = call(specCall{method: "GET", route: "/webhooks", target: "/api/v1/webhooks", key: key, status: http.StatusOK})
+	if !strings.Contains(string(res.Data), `"disabled_reason":"the endpoint answered 410 Gone"`) {
+		t.Errorf("endpoint not disabled: %s", res.Data)
+	}
+	call(specCall{method: "POST", route: "/webhooks/{id}/test", target: fmt.Sprintf("/api/v1/webhooks/%d/test", gone), key: key, status: http.StatusAccepted})
+
+	// Re-armed, disabled.
+	res = call(specCall{method: "POST", route: "/alerts/{id}/toggle", target: btcPath + "/toggle", key: key, status: http.StatusOK})
+	if !strings.Contains(string(res.Data), `"is_active":true`) || !strings.Contains(string(res.Data), `"triggered_at":null`) {
+		t.Errorf("re-armed alert: %s", res.Data)
+	}
+	call(specCall{method: "POST", route: "/alerts/{id}/toggle", target: btcPath + "/toggle", key: key, body: `{}`, status: http.StatusOK})
+
+	// Errors.
+	badBodies := []struct{ route, target, body string }{
+		{"/alerts", "/api/v1/alerts", `{}`},
+		{"/alerts", "/api/v1/alerts", ``},
+		{"/alerts", "/api/v1/alerts", `[{"coin_id":"bitcoin","target_price":1,"condition":"above"}]`},
+		{"/alerts", "/api/v1/alerts", `{"coin_id":"bitcoin","target_price":0,"condition":"above"}`},
+		{"/alerts", "/api/v1/alerts", `{"coin_id":"bitcoin","target_price":"0","condition":"above"}`},
+		{"/alerts", "/api/v1/alerts", `{"coin_id":"bitcoin","target_price":"-1","condition":"above"}`},
+		{"/alerts", "/api/v1/alerts", `{"coin_id":"bitcoin","target_price":1000000000000000,"condition":"above"}`},
+		{"/alerts", "/api/v1/alerts", `{"coin_id":"bitcoin","target_price":"1.0000000000000000001","condition":"above"}`},
+		{"/alerts", "/api/v1/alerts", `{"coin_id":"bitcoin","target_price":1,"condition":"sideways"}`},
+		{"/alerts", "/api/v1/alerts", `{"coin_id":"bitcoin","target_price":1,"condition":"above","notify_email":"yes"}`},
+		{"/alerts", "/api/v1/alerts", `{"coin_id":"","target_price":1,"condition":"above"}`},
+		{"/alerts", "/api/v1/alerts", `{"coin_id":"bitcoin","target_price":1,"condition":"above","price":1}`},
+		{"/alerts/{id}/toggle", btcPath + "/toggle", `[]`},
+		{"/alerts/{id}/toggle", btcPath + "/toggle", `{"is_active":false}`},
+		{"/webhooks", "/api/v1/webhooks", `{}`},
+		{"/webhooks", "/api/v1/webhooks", `{"url":""}`},
+		{"/webhooks", "/api/v1/webhooks", `{"url":"ftp://93.184.215.14/hook"}`},
+		{"/webhooks", "/api/v1/webhooks", `{"url":"93.184.215.14/hook"}`},
+		{"/webhooks", "/api/v1/webhooks", `{"url":"https://93.184.215.14/` + strings.Repeat("a", 2048) + `"}`},
+		{"/webhooks", "/api/v1/webhooks", `{"url":"https://93.184.215.14/hook","events":[]}`},
+		{"/webhooks", "/api/v1/webhooks", `{"url":"https://93.184.215.14/hook","events":["price.updated"]}`},
+		{"/webhooks", "/api/v1/webhooks", `{"url":"https://93.184.215.14/hook","events":"alert.triggered"}`},
+		{"/webhooks", "/api/v1/webhooks", `{"url":"https://93.184.215.14/hook","description":"` + strings.Repeat("d", 501) + `"}`},
+		{"/webhooks", "/api/v1/webhooks", `{"url":"https://93.184.215.14/hook","secret":"whsec_mine"}`},
+		{"/webhooks/{id}/test", hookBase + "/test", `"ping"`},
+		{"/webhooks/{id}/test", hookBase + "/test", `{"event":"alert.triggered"}`},
+	}
+	for _, b := range badBodies {
+		call(specCall{method: "POST", route: b.route, target: b.target, key: key, body: b.body,
+			status: http.StatusUnprocessableEntity, code: coinpulse.CodeValidation, bodyInvalid: true})
+	}
+	// Bodies the schema allows that the server refuses for what they mean:
+	// addresses webhooks may not reach, named in the detail on url.
+	refused := map[string]string{
+		`{"url":"http://127.0.0.1:8080/hook"}`:              "the host 127.0.0.1 is a loopback address",
+		`{"url":"http://169.254.169.254/latest/meta-data"}`: "the host 169.254.169.254 is a cloud metadata address",
+		`{"url":"https://10.1.2.3/hook"}`:                   "the host 10.1.2.3 is a private address",
+		`{"url":"http://[::1]:9000/"}`:                      "the host ::1 is a loopback address",
+		`{"url":"https://user:pw@93.184.215.14/hook"}`:      "the URL must not contain a user name or password",
+		`{"url":"http://localhost/hook"}`:                   "",
+	}
+	for body, want := range refused {
+		res := call(specCall{method: "POST", route: "/webhooks", target: "/api/v1/webhooks", key: key, body: body,
+			status: http.StatusUnprocessableEntity, code: coinpulse.CodeValidation})
+		if len(res.Error.Details) != 1 || res.Error.Details[0].Field != "url" || (want != "" && res.Error.Details[0].Message != want) {
+			t.Errorf("%s: details %+v, want url: %q", body, res.Error.Details, want)
+		}
+	}
+	call(specCall{method: "POST", route: "/alerts", target: "/api/v1/alerts", key: key,
+		body: `{"coin_id":"no-such-coin","target_price":1,"condition":"above"}`, status: http.StatusUnprocessableEntity, code: coinpulse.CodeValidation})
+	call(specCall{method: "GET", route: "/alerts", target: "/api/v1/alerts?page=1", key: key, status: http.StatusUnprocessableEntity, code: coinpulse.CodeValidation})
+	call(specCall{method: "GET", route: "/webhooks/{id}/deliveries", target: hookBase + "/deliveries?limit=0", key: key, status: http.StatusUnprocessableEntity, code: coinpulse.CodeValidation})
+	call(specCall{method: "GET", route: "/webhooks/{id}/deliveries", target: hookBase + "/deliveries?limit=101", key: key, status: http.StatusUnprocessableEntity, code: coinpulse.CodeValidation})
+	call(specCall{method: "GET", route: "/ws", target: "/api/v1/ws", key: key, status: http.StatusUnprocessableEntity, code: coinpulse.CodeValidation})
+	call(specCall{method: "GET", route: "/ws", target: "/api/v1/ws", status: http.StatusUnprocessableEntity, code: coinpulse.CodeValidation})
+	call(specCall{method: "GET", route: "/ws", target: "/api/v1/ws?coins=bitcoin", key: key, status: http.StatusUnprocessableEntity, code: coinpulse.CodeValidation})
+
+	notFound := []specCall{
+		{method: "GET", route: "/alerts/{id}", target: "/api/v1/alerts/999999999999"},
+		{method: "GET", route: "/alerts/{id}", target: "/api/v1/alerts/abc"},
+		{method: "GET", route: "/alerts/{id}", target: btcPath, key: other},
+		{method: "GET", route: "/alerts/{id}", target: btcPath, key: mySandbox},
+		{method: "POST", route: "/alerts/{id}/toggle", target: btcPath + "/toggle", key: other},
+		{method: "DELETE", route: "/alerts/{id}", target: btcPath, key: other},
+		{method: "DELETE", route: "/webhooks/{id}", target: "/api/v1/webhooks/999999999999"},
+		{method: "DELETE", route: "/webhooks/{id}", target: hookBase, key: other},
+		{method: "POST", route: "/webhooks/{id}/test", target: hookBase + "/test", key: mySandbox},
+		{method: "GET", route: "/webhooks/{id}/deliveries", target: hookBase + "/deliveries", key: other},
+		{method: "GET", route: "/webhooks/{id}/deliveries", target: "/api/v1/webhooks/01/deliveries"},
+	}
+	for _, c := range notFound {
+		if c.key == "" {
+			c.key = key
+		}
+		c.status, c.code = http.StatusNotFound, coinpulse.CodeNotFound
+		call(c)
+	}
+	// The other mode's lists are apart.
+	res = call(specCall{method: "GET", route: "/alerts", target: "/api/v1/alerts", key: mySandbox, status: http.StatusOK})
+	if string(res.Data) != "[]" {
+		t.Errorf("sandbox alerts: %s", res.Data)
+	}
+	call(specCall{method: "GET", route: "/webhooks", target: "/api/v1/webhooks", key: mySandbox, status: http.StatusOK})
+
+	forbidden := []specCall{
+		{method: "GET", route: "/alerts", target: "/api/v1/alerts", key: free},
+		{method: "POST", route: "/alerts", target: "/api/v1/alerts", key: free, body: `{"coin_id":"bitcoin","target_price":1,"condition":"above"}`},
+		{method: "GET", route: "/webhooks", target: "/api/v1/webhooks", key: free},
+		{method: "POST", route: "/webhooks", target: "/api/v1/webhooks", key: free, body: `{"url":"https://93.184.215.14/hook"}`},
+		{method: "GET", route: "/ws", target: "/api/v1/ws", key: free},
+		{method: "POST", route: "/alerts", target: "/api/v1/alerts", key: readOnly, body: `{"coin_id":"bitcoin","target_price":1,"condition":"above"}`},
+		{method: "DELETE", route: "/alerts/{id}", target: btcPath, key: readOnly},
+		{method: "POST", route: "/alerts/{id}/toggle", target: btcPath + "/toggle", key: readOnly},
+		{method: "POST", route: "/webhooks", target: "/api/v1/webhooks", key: readOnly, body: `{"url":"https://93.184.215.14/hook"}`},
+		{method: "POST", route: "/webhooks/{id}/test", target: hookBase + "/test", key: readOnly},
+		{method: "DELETE", route: "/webhooks/{id}", target: hookBase, key: readOnly},
+	}
+	for _, c := range forbidden {
+		c.status, c.code = http.StatusForbidden, coinpulse.CodePermissionDenied
+		call(c)
+	}
+	call(specCall{method: "GET", route: "/webhooks", target: "/api/v1/webhooks", key: readOnly, status: http.StatusOK})
+	call(specCall{method: "POST", route: "/alerts", target: "/api/v1/alerts", body: `{"coin_id":"bitcoin","target_price":1,"condition":"above"}`,
+		status: http.StatusUnauthorized, code: coinpulse.CodeInvalidAPIKey})
+	call(specCall{method: "GET", route: "/ws", target: "/api/v1/ws", key: "sk_live_nope", status: http.StatusUnauthorized, code: coinpulse.CodeInvalidAPIKey})
+	call(specCall{method: "POST", route: "/webhooks", target: "/api/v1/webhooks", key: key, body: `{"url":"https://93.184.215.14/` + strings.Repeat("x", 70_000) + `"}`,
+		status: http.StatusRequestEntityTooLarge, code: coinpulse.CodePayloadTooLarge, bodyInvalid: true})
+
+	// A plan that leaves webhooks out: alerts yes, webhooks and the stream no.
+	noHooks := newLimitedServer(t, plansWith(coinpulse.TierPremium, func(p *coinpulse.Plan) { p.Webhooks = false }))
+	premiumLive, _ := newKey(t, premium, coinpulse.ModeLive, rw, nil)
+	limitedCall(t, doc, noHooks.Server, specCall{method: "GET", route: "/alerts", target: "/api/v1/alerts", key: premiumLive, status: http.StatusOK})
+	for _, c := range []specCall{
+		{method: "GET", route: "/webhooks", target: "/api/v1/webhooks"},
+		{method: "GET", route: "/ws", target: "/api/v1/ws"},
+	} {
+		c.key, c.status, c.code = premiumLive, http.StatusForbidden, coinpulse.CodePermissionDenied
+		if res := limitedCall(t, doc, noHooks.Server, c); !strings.Contains(res.Error.Message, "does not include webhooks") {
+			t.Errorf("%s %s: %q", c.method, c.target, res.Error.Message)
+		}
+	}
+
+	// Premium keeps 100 active alerts per mode: one more is refused, and so
+	// is re-enabling one at the cap.
+	po := coinpulse.Owner{UserID: premium.ID, Mode: coinpulse.ModeTest}
+	for i := 0; i < 100; i++ {
+		a := &coinpulse.Alert{Owner: po, CoinID: "bitcoin", CoinSymbol: "btc", TargetPrice: decimal.NewFromInt(int64(1000 + i)),
+			Condition: coinpulse.Above, IsActive: true}
+		if err := shared.store.CreateAlert(ctx, a, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	alertBody := `{"coin_id":"bitcoin","target_price":1,"condition":"above"}`
+	res = call(specCall{method: "POST", route: "/alerts", target: "/api/v1/alerts", key: sandbox, body: alertBody,
+		status: http.StatusForbidden, code: coinpulse.CodeAlertLimitReached})
+	if !strings.Contains(res.Error.Message, "100 active alerts") {
+		t.Errorf("ALERT_LIMIT_REACHED: %q", res.Error.Message)
+	}
+	first := decode[[]struct {
+		ID int64 `json:"id"`
+	}](t, call(specCall{method: "GET", route: "/alerts", target: "/api/v1/alerts", key: sandbox, status: http.StatusOK}))[0].ID
+	firstPath := fmt.Sprintf("/api/v1/alerts/%d", first)
+	call(specCall{method: "POST", route: "/alerts/{id}/toggle", target: firstPath + "/toggle", key: sandbox, status: http.StatusOK})
+	call(specCall{method: "POST", route: "/alerts", target: "/api/v1/alerts", key: sandbox, body: alertBody, status: http.StatusCreated})
+	call(specCall{method: "POST", route: "/alerts/{id}/toggle", target: firstPath + "/toggle", key: sandbox,
+		status: http.StatusForbidden, code: coinpulse.CodeAlertLimitReached})
+
+	// 10 webhook endpoints per mode: an 11th is a conflict.
+	for i := 0; i < 10; i++ {
+		if res := send(t, srv, "POST", "/api/v1/webhooks", sandbox, fmt.Sprintf(`{"url":"https://93.184.215.14/hook/%d"}`, i)); res.Status != http.StatusCreated {
+			t.Fatalf("endpoint %d: %d %s", i, res.Status, res.Raw)
+		}
+	}
+	call(specCall{method: "POST", route: "/webhooks", target: "/api/v1/webhooks", key: sandbox, body: `{"url":"https://93.184.215.14/hook/10"}`,
+		status: http.StatusConflict, code: coinpulse.CodeConflict})
+
+	// The stream: a real upgrade, its documented headers and its welcome.
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ws, resp, err := websocket.Dial(wctx, "ws"+strings.TrimPrefix(hs.URL, "http")+"/api/v1/ws",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + key}}})
+	if err != nil {
+		t.Fatalf("dial /api/v1/ws: %v", err)
+	}
+	defer ws.CloseNow()
+	ref := specOperation(t, doc, "GET", "/ws").Responses.Status(http.StatusSwitchingProtocols)
+	if resp.StatusCode != http.StatusSwitchingProtocols || ref == nil {
+		t.Fatalf("/ws: status %d, documented 101: %v", resp.StatusCode, ref != nil)
+	}
+	for name, h := range ref.Value.Headers {
+		switch value := resp.Header.Get(name); {
+		case value == "" && slices.Contains(rateLimitHeaders, name): // no limiter
+		case value == "":
+			t.Errorf("/ws: documented header %s missing from the 101", name)
+		default:
+			checkHeaderValue(t, "/ws: 101: header "+name, h.Value.Schema, value)
+		}
+	}
+	_, msg, err := ws.Read(wctx)
+	if err != nil || !strings.HasPrefix(string(msg), `{"type":"welcome","sequence":1,"mode":"live",`) {
+		t.Errorf("/ws: first message %s, %v", msg, err)
+	}
+	ws.Close(websocket.StatusNormalClosure, "")
+	succeeded["GET /ws"] = true
+
+	// Deleted: an alert, an endpoint with its log.
+	call(specCall{method: "DELETE", route: "/alerts/{id}", target: fmt.Sprintf("/api/v1/alerts/%d", eth), key: key, status: http.StatusOK})
+	call(specCall{method: "DELETE", route: "/webhooks/{id}", target: hookBase, key: key, status: http.StatusOK})
+	call(specCall{method: "GET", route: "/webhooks/{id}/deliveries", target: hookBase + "/deliveries", key: key, status: http.StatusNotFound, code: coinpulse.CodeNotFound})
+	call(specCall{method: "GET", route: "/alerts/{id}", target: fmt.Sprintf("/api/v1/alerts/%d", eth), key: key, status: http.StatusNotFound, code: coinpulse.CodeNotFound})
+
+	// Every alert, webhook and stream operation was seen to succeed.
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			if (slices.Contains(op.Tags, "Alerts") || slices.Contains(op.Tags, "Webhooks") || slices.Contains(op.Tags, "WebSocket")) && !succeeded[method+" "+path] {
+				t.Errorf("the walk never saw %s %s succeed", method, path)
+			}
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"runtime/debug"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 
 	"coinpulse"
 	"coinpulse/internal/market"
+	"coinpulse/internal/stream"
 )
 
 // Config is what a Server needs.
@@ -36,6 +38,20 @@ type Config struct {
 	SandboxLimits *coinpulse.Limits
 	// Meter records admitted calls; nil turns metering off.
 	Meter Meter
+	// AlertIndex is this node's alert evaluator, told of armings and
+	// disarmings at once (nil: it finds them by polling the store).
+	AlertIndex AlertIndex
+	// Deliveries is woken when a webhook test event is queued (nil: the
+	// dispatcher finds it at its next poll).
+	Deliveries Waker
+	// WebhookAllowPrivate lets webhook URLs reach loopback, private and
+	// link-local addresses (--webhook-allow-private; tests).
+	WebhookAllowPrivate bool
+	// Resolver resolves webhook hosts at registration (nil: the default).
+	Resolver *net.Resolver
+	// Stream configures the WebSocket hub of /ws (its Authenticate and
+	// Resolve are the server's own).
+	Stream stream.Config
 	// KeyCacheTTL bounds how long a verified key is trusted without asking
 	// the store again (default 30 s); revocations cut it short everywhere
 	// through the store's auth epoch.
@@ -61,6 +77,13 @@ type Server struct {
 	meterer       Meter
 	mux           *http.ServeMux
 	routes        []Route
+
+	alertIndex          AlertIndex
+	deliveries          Waker
+	webhookAllowPrivate bool
+	resolver            *net.Resolver
+	hub                 *stream.Hub
+	wsRoute             Route
 }
 
 // Access says who may call a route.
@@ -83,6 +106,11 @@ type Route struct {
 	// Free routes answer every plan, even one without API access, and
 	// neither count against nor are limited by its allowance (/usage).
 	Free bool
+	// Webhooks routes need a plan with webhooks and WebSocket streams.
+	Webhooks bool
+	// KeyOptional routes (the WebSocket) also take a request without a
+	// key: the handler then authenticates, limits and meters it itself.
+	KeyOptional bool
 	// Ops routes live at the root, not under a version prefix.
 	Ops     bool
 	Handler func(w http.ResponseWriter, r *http.Request) error
@@ -97,6 +125,8 @@ func New(cfg Config) *Server {
 		store: cfg.Store, market: cfg.Market, clock: cfg.Clock, log: cfg.Log,
 		plans: cfg.Plans, maxBody: cfg.MaxBody, mux: http.NewServeMux(),
 		limiter: cfg.Limiter, sandboxLimits: DefaultSandboxLimits, meterer: cfg.Meter,
+		alertIndex: cfg.AlertIndex, deliveries: cfg.Deliveries, webhookAllowPrivate: cfg.WebhookAllowPrivate,
+		resolver: cfg.Resolver,
 	}
 	if cfg.SandboxLimits != nil {
 		s.sandboxLimits = *cfg.SandboxLimits
@@ -122,6 +152,18 @@ func New(cfg Config) *Server {
 	s.metrics = newMetrics()
 	s.metrics.watch(s)
 	s.routes = s.routeTable()
+	for _, rt := range s.routes {
+		if rt.Path == "/ws" {
+			s.wsRoute = rt
+		}
+	}
+	sc := cfg.Stream
+	sc.Authenticate, sc.Resolve = s.streamAuth, s.streamResolve
+	if sc.Log == nil {
+		sc.Log = s.log
+	}
+	s.hub = stream.NewHub(sc)
+	s.keys.onChange = s.recheckStreams
 	for _, rt := range s.routes {
 		prefixes := Prefixes
 		if rt.Ops {
@@ -169,6 +211,20 @@ func (s *Server) routeTable() []Route {
 		{Method: "POST", Path: "/portfolio/transactions", Access: Write, Handler: s.postTransaction},
 		{Method: "POST", Path: "/holdings/{id}/sell", Access: Write, Handler: s.sellHolding},
 		{Method: "DELETE", Path: "/holdings/{id}", Access: Write, Handler: s.deleteHolding},
+
+		{Method: "GET", Path: "/alerts", Access: Read, Handler: s.listAlerts},
+		{Method: "POST", Path: "/alerts", Access: Write, Handler: s.createAlert},
+		{Method: "GET", Path: "/alerts/{id}", Access: Read, Handler: s.getAlert},
+		{Method: "DELETE", Path: "/alerts/{id}", Access: Write, Handler: s.deleteAlert},
+		{Method: "POST", Path: "/alerts/{id}/toggle", Access: Write, Handler: s.toggleAlert},
+
+		{Method: "GET", Path: "/webhooks", Access: Read, Webhooks: true, Handler: s.listWebhooks},
+		{Method: "POST", Path: "/webhooks", Access: Write, Webhooks: true, Handler: s.createWebhook},
+		{Method: "DELETE", Path: "/webhooks/{id}", Access: Write, Webhooks: true, Handler: s.deleteWebhook},
+		{Method: "POST", Path: "/webhooks/{id}/test", Access: Write, Webhooks: true, Handler: s.testWebhook},
+		{Method: "GET", Path: "/webhooks/{id}/deliveries", Access: Read, Webhooks: true, Handler: s.listDeliveries},
+
+		{Method: "GET", Path: "/ws", Access: Read, Webhooks: true, KeyOptional: true, Handler: s.serveWS},
 	}
 }
 
@@ -346,6 +402,9 @@ func (s *Server) admit(e *exchange, r *http.Request, rt Route) error {
 		r.Body = http.MaxBytesReader(e, r.Body, s.maxBody)
 	}
 	if rt.Access == Public {
+		return nil
+	}
+	if rt.KeyOptional && r.Header.Get("Authorization") == "" && r.Header.Get("X-API-Key") == "" {
 		return nil
 	}
 	p, err := s.authenticate(r)

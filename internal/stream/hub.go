@@ -351,6 +351,22 @@ func (h *Hub) DisconnectKey(keyID int64) int {
 	return len(cs)
 }
 
+// Principals returns the principals of the authenticated connections,
+// one per key (for checking them again after a revocation).
+func (h *Hub) Principals() []Principal {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	seen := map[int64]bool{}
+	var ps []Principal
+	for c := range h.conns {
+		if c.authed && !seen[c.principal.KeyID] {
+			seen[c.principal.KeyID] = true
+			ps = append(ps, c.principal)
+		}
+	}
+	return ps
+}
+
 // Close closes every connection with status 1001 (going away) and waits
 // until they have ended; later connections are refused the same way.
 // Close is idempotent.

@@ -1,0 +1,132 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strings"
+
+	"coinpulse"
+	"coinpulse/internal/stream"
+)
+
+// wsCallKey carries a WebSocket request to the hub's first-message
+// authentication.
+type wsCallKey struct{}
+
+type wsCall struct {
+	e *exchange
+	r *http.Request
+}
+
+// GET /ws: the WebSocket stream (see internal/stream for the protocol).
+// A key in the headers was checked, limited and counted by admit; without
+// one the first message must carry it, and streamAuth does the same
+// checks then. Either way the connection is one call, metered when it
+// ends.
+func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) error {
+	if _, err := parseQuery(r.URL.RawQuery); err != nil {
+		return err
+	}
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		return coinpulse.Errorf(coinpulse.CodeValidation, "GET /api/v1/ws is a WebSocket endpoint: connect with a WebSocket client (Upgrade: websocket).")
+	}
+	e := exchangeOf(w)
+	var p *stream.Principal
+	if e.principal != nil {
+		sp := streamPrincipal(e.principal)
+		p = &sp
+	}
+	call := &wsCall{e: e}
+	r = r.WithContext(context.WithValue(r.Context(), wsCallKey{}, call))
+	call.r = r
+	err := s.hub.Serve(e, r, p)
+	if e.status == http.StatusOK && !e.wrote {
+		return err // the upgrade failed before anything was written
+	}
+	if err != nil {
+		s.log.Debug("websocket ended", "err", err, "request_id", e.id)
+	}
+	return nil
+}
+
+func streamPrincipal(p *principal) stream.Principal {
+	return stream.Principal{UserID: p.user.ID, Mode: string(p.key.Mode), KeyID: p.key.ID}
+}
+
+// streamAuth authenticates a key sent in a WebSocket's first message with
+// the checks admit makes of a key in the headers: the key, the plan, the
+// limits (the connection counts as one call).
+func (s *Server) streamAuth(ctx context.Context, key string) (stream.Principal, error) {
+	call, _ := ctx.Value(wsCallKey{}).(*wsCall)
+	if call == nil {
+		return stream.Principal{}, coinpulse.Errorf(coinpulse.CodeServerError, "no request")
+	}
+	e, r := call.e, call.r
+	p, err := s.authenticateKey(ctx, strings.TrimSpace(key))
+	if err != nil {
+		return stream.Principal{}, err
+	}
+	if err := s.authorize(p, r, s.wsRoute); err != nil {
+		return stream.Principal{}, err
+	}
+	e.principal = p
+	if err := s.limit(e, r, s.wsRoute); err != nil {
+		e.principal = nil
+		return stream.Principal{}, err
+	}
+	e.admitted = true
+	return streamPrincipal(p), nil
+}
+
+// streamResolve maps a coin id or symbol to its id in the current market.
+func (s *Server) streamResolve(idOrSymbol string) (string, error) {
+	snap := s.market.Current()
+	if snap == nil {
+		return "", coinpulse.Errorf(coinpulse.CodeUnavailable, "Market data is still loading; subscribe again in a few seconds.")
+	}
+	if c := snap.Coin(idOrSymbol); c != nil {
+		return c.ID, nil
+	}
+	d, ok := snap.Lookup(idOrSymbol)
+	if !ok {
+		return "", coinpulse.Errorf(coinpulse.CodeNotFound, "No coin %q; use an id from /api/v1/markets or /api/v1/markets/search.", truncate(idOrSymbol, 100))
+	}
+	return d.ID, nil
+}
+
+// Hub returns the server's WebSocket hub, to publish prices and alerts.
+func (s *Server) Hub() *stream.Hub { return s.hub }
+
+// recheckStreams closes the WebSockets whose key or account no longer
+// passes: a revoked or expired key, an expired subscription, a plan
+// without streams. The key cache runs it whenever the auth epoch changes
+// (a revocation or a tier change, on any node or from the CLI), so that
+// revocation reaches open connections too.
+func (s *Server) recheckStreams(ctx context.Context) {
+	now := s.clock()
+	for _, p := range s.hub.Principals() {
+		u, err := s.store.UserByID(ctx, p.UserID)
+		if err != nil && !coinpulse.IsNotFound(err) {
+			s.log.Warn("recheck websocket", "err", err)
+			continue
+		}
+		ok := err == nil && !u.SubscriptionExpired(now) && s.plans[u.Tier].Webhooks
+		if ok {
+			keys, err := s.store.KeysByUser(ctx, p.UserID)
+			if err != nil {
+				s.log.Warn("recheck websocket", "err", err)
+				continue
+			}
+			ok = false
+			for _, k := range keys {
+				if k.ID == p.KeyID {
+					ok = k.RevokedAt == nil && k.Active(now)
+				}
+			}
+		}
+		if !ok {
+			n := s.hub.DisconnectKey(p.KeyID)
+			s.log.Info("closed websockets of a key no longer valid", "key_id", p.KeyID, "connections", n)
+		}
+	}
+}

@@ -1,0 +1,455 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"coinpulse"
+)
+
+// The WebSocket at /api/v1/ws through the real API: the server's handler
+// behind a real HTTP server, a real client (github.com/coder/websocket).
+
+// wsServer serves env's API over HTTP and returns the stream's URL.
+func wsServer(t *testing.T, env *alertEnv) string {
+	t.Helper()
+	ts := httptest.NewServer(env.srv.Handler())
+	t.Cleanup(ts.Close)
+	t.Cleanup(env.hub.Close) // runs first: ends the hijacked connections
+	return "ws" + strings.TrimPrefix(ts.URL, "http") + "/api/v1/ws"
+}
+
+type wsClient struct {
+	t   *testing.T
+	c   *websocket.Conn
+	seq int64
+}
+
+// dialWS connects with key in the Authorization header (none when empty).
+func dialWS(t *testing.T, url, key string) (*wsClient, *http.Response, error) {
+	t.Helper()
+	h := http.Header{}
+	if key != "" {
+		h.Set("Authorization", "Bearer "+key)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, res, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: h})
+	if err != nil {
+		return nil, res, err
+	}
+	t.Cleanup(func() { c.CloseNow() })
+	return &wsClient{t: t, c: c}, res, nil
+}
+
+func mustDialWS(t *testing.T, url, key string) *wsClient {
+	t.Helper()
+	c, res, err := dialWS(t, url, key)
+	if err != nil {
+		status := 0
+		if res != nil {
+			status = res.StatusCode
+		}
+		t.Fatalf("dial: %v (HTTP %d)", err, status)
+	}
+	return c
+}
+
+func (c *wsClient) send(msg string) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.c.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+		c.t.Fatalf("write %s: %v", msg, err)
+	}
+}
+
+// read returns the next message, or the error that ended the connection.
+func (c *wsClient) read() (map[string]any, error) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	typ, b, err := c.c.Read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if typ != websocket.MessageText {
+		c.t.Fatalf("a %v message", typ)
+	}
+	m := jsonObject(c.t, b)
+	// Every message is numbered 1, 2, 3… in the order received.
+	c.seq++
+	if fmt.Sprint(m["sequence"]) != fmt.Sprint(c.seq) {
+		c.t.Errorf("message %s has sequence %v, want %d", b, m["sequence"], c.seq)
+	}
+	return m, nil
+}
+
+// expect reads the next message, which must be of type typ.
+func (c *wsClient) expect(typ string) map[string]any {
+	c.t.Helper()
+	m, err := c.read()
+	if err != nil {
+		c.t.Fatalf("waiting for %s: %v", typ, err)
+	}
+	if m["type"] != typ {
+		c.t.Fatalf("got %v, want a %s message", m, typ)
+	}
+	return m
+}
+
+// quiet checks that nothing is waiting before a pong: messages are sent
+// in order, so whatever was queued before the ping comes first.
+func (c *wsClient) quiet(what string) {
+	c.t.Helper()
+	c.send(`{"type":"ping","id":"q"}`)
+	m, err := c.read()
+	if err != nil || m["type"] != "pong" || m["id"] != "q" {
+		c.t.Fatalf("%s: got %v (%v) before the pong", what, m, err)
+	}
+}
+
+// closed reads until the server closes, and returns the close error.
+func (c *wsClient) closed() websocket.CloseError {
+	c.t.Helper()
+	for {
+		_, err := c.read()
+		if err == nil {
+			continue
+		}
+		var ce websocket.CloseError
+		if !errors.As(err, &ce) {
+			c.t.Fatalf("the connection ended without a close frame: %v", err)
+		}
+		return ce
+	}
+}
+
+func TestWSHeaderKeyAndPrices(t *testing.T) {
+	t.Parallel()
+	env := newAlertEnv(t, alertEnvOptions{pumpPrices: true})
+	url := wsServer(t, env)
+	c := mustDialWS(t, url, env.newKey(coinpulse.TierPremium))
+	w := c.expect("welcome")
+	if w["mode"] != "live" || w["heartbeat_interval_seconds"] == nil {
+		t.Errorf("welcome %v", w)
+	}
+	c.send(`{"type":"subscribe","channel":"prices","coins":["BTC","bitcoin","eth"],"id":"a"}`)
+	s := c.expect("subscribed")
+	if s["id"] != "a" || s["channel"] != "prices" || fmt.Sprint(s["coins"]) != "[bitcoin ethereum]" || fmt.Sprint(s["subscription_count"]) != "2" {
+		t.Errorf("subscribed %v", s)
+	}
+	// An unknown coin: an error, and nothing changes.
+	c.send(`{"type":"subscribe","channel":"prices","coins":["no-such-coin"],"id":"b"}`)
+	if e := c.expect("error"); e["code"] != "RESOURCE_NOT_FOUND" || e["id"] != "b" {
+		t.Errorf("unknown coin: %v", e)
+	}
+	// The engine's next snapshot brings the followed coins, and only them,
+	// at the snapshot's prices.
+	for range 2 {
+		p := c.expect("prices")
+		snap := shared.engine.Snapshot(fmt.Sprint(p["snapshot"]))
+		if snap == nil {
+			t.Fatalf("prices of unknown snapshot %v", p["snapshot"])
+		}
+		updates, _ := p["updates"].([]any)
+		if len(updates) != 2 {
+			t.Fatalf("updates %v, want bitcoin and ethereum", p["updates"])
+		}
+		for _, u := range updates {
+			u := u.(map[string]any)
+			coin := snap.Coin(fmt.Sprint(u["coin_id"]))
+			if coin == nil || (coin.ID != "bitcoin" && coin.ID != "ethereum") || u["symbol"] != coin.Symbol {
+				t.Fatalf("update %v", u)
+			}
+			if got, _ := u["price"].(json.Number).Float64(); got != coin.CurrentPrice {
+				t.Errorf("%s at %v, the snapshot says %v", coin.ID, u["price"], coin.CurrentPrice)
+			}
+		}
+		if at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(p["as_of"])); err != nil || !at.Equal(snap.AsOf) {
+			t.Errorf("as_of %v, snapshot %s", p["as_of"], snap.AsOf)
+		}
+	}
+	// X-API-Key works as well as Authorization.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c2, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: http.Header{"X-Api-Key": {env.newKey(coinpulse.TierPro)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.CloseNow()
+	(&wsClient{t: t, c: c2}).expect("welcome")
+}
+
+func TestWSFirstMessageKey(t *testing.T) {
+	t.Parallel()
+	env := newAlertEnv(t, alertEnvOptions{})
+	url := wsServer(t, env)
+	u := env.user(coinpulse.TierPro)
+	c := mustDialWS(t, url, "")
+	c.send(`{"type":"auth","api_key":"` + env.key(u, coinpulse.ModeTest, rw) + `","id":7}`)
+	w := c.expect("welcome")
+	if w["mode"] != "test" || fmt.Sprint(w["id"]) != "7" {
+		t.Errorf("welcome %v", w)
+	}
+	c.send(`{"type":"subscribe","channel":"alerts"}`)
+	if s := c.expect("subscribed"); s["channel"] != "alerts" {
+		t.Errorf("subscribed %v", s)
+	}
+	c.send(`{"type":"auth","api_key":"x"}`) // once only
+	if e := c.expect("error"); e["code"] != "VALIDATION_ERROR" {
+		t.Errorf("second auth: %v", e)
+	}
+	c.quiet("after a second auth")
+}
+
+func TestWSRefused(t *testing.T) {
+	t.Parallel()
+	env := newAlertEnv(t, alertEnvOptions{plans: plansWith(coinpulse.TierPremium, func(p *coinpulse.Plan) { p.Webhooks = false })})
+	url := wsServer(t, env)
+	free, noHooks := env.newKey(coinpulse.TierFree), env.newKey(coinpulse.TierPremium)
+	writeOnly := env.key(env.user(coinpulse.TierPro), coinpulse.ModeLive, coinpulse.Permissions{Write: true})
+	valid := env.newKey(coinpulse.TierPro)
+
+	// A key in the header: refused before the upgrade, with the HTTP
+	// status and the error envelope.
+	for _, tc := range []struct {
+		name, key string
+		status    int
+		code      coinpulse.Code
+	}{
+		{"free", free, 403, coinpulse.CodePermissionDenied},
+		{"plan without webhooks", noHooks, 403, coinpulse.CodePermissionDenied},
+		{"write-only key", writeOnly, 403, coinpulse.CodePermissionDenied},
+		{"malformed key", "sk_live_nope", 401, coinpulse.CodeInvalidAPIKey},
+		{"unknown key", valid[:len(valid)-6] + "AAAAAA", 401, coinpulse.CodeInvalidAPIKey},
+	} {
+		c, res, err := dialWS(t, url, tc.key)
+		if err == nil {
+			c.c.CloseNow()
+			t.Errorf("%s: connected", tc.name)
+			continue
+		}
+		if res == nil || res.StatusCode != tc.status {
+			t.Errorf("%s: %v, response %v; want HTTP %d", tc.name, err, res, tc.status)
+			continue
+		}
+		body, _ := io.ReadAll(res.Body)
+		var env struct {
+			Success bool `json:"success"`
+			Error   struct {
+				Code, Message string
+			} `json:"error"`
+			Meta struct {
+				RequestID string `json:"request_id"`
+			} `json:"meta"`
+		}
+		if err := json.Unmarshal(body, &env); err != nil || env.Success || env.Error.Code != string(tc.code) || env.Meta.RequestID == "" ||
+			!strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") {
+			t.Errorf("%s: body %s", tc.name, body)
+		}
+		if tc.code == coinpulse.CodePermissionDenied && tc.key != writeOnly && !strings.Contains(env.Error.Message, "/user/api") {
+			t.Errorf("%s: %q should say where to upgrade", tc.name, env.Error.Message)
+		}
+	}
+
+	// A key in the first message: an error message, then a close.
+	for _, tc := range []struct {
+		name, first string
+		code        coinpulse.Code
+		reason      string
+	}{
+		{"free", `{"type":"auth","api_key":"` + free + `","id":1}`, coinpulse.CodePermissionDenied, "authentication failed"},
+		{"plan without webhooks", `{"type":"auth","api_key":"` + noHooks + `","id":1}`, coinpulse.CodePermissionDenied, "authentication failed"},
+		{"unknown key", `{"type":"auth","api_key":"sk_live_nope","id":1}`, coinpulse.CodeInvalidAPIKey, "authentication failed"},
+		{"no auth first", `{"type":"subscribe","channel":"alerts","id":1}`, coinpulse.CodeInvalidAPIKey, "authentication required"},
+		{"not JSON", `hello`, coinpulse.CodeValidation, "authentication required"},
+	} {
+		c := mustDialWS(t, url, "")
+		c.send(tc.first)
+		e := c.expect("error")
+		if e["code"] != string(tc.code) || e["message"] == "" {
+			t.Errorf("%s: error %v, want %s", tc.name, e, tc.code)
+		}
+		if ce := c.closed(); ce.Code != websocket.StatusPolicyViolation || ce.Reason != tc.reason {
+			t.Errorf("%s: closed with %d %q, want 1008 %q", tc.name, ce.Code, ce.Reason, tc.reason)
+		}
+	}
+
+	// Without Upgrade, GET /ws is a plain 422 envelope.
+	wantError(t, do(t, env.srv, "GET", "/api/v1/ws", valid), http.StatusUnprocessableEntity, coinpulse.CodeValidation)
+	wantError(t, do(t, env.srv, "GET", "/api/v1/ws", free), http.StatusForbidden, coinpulse.CodePermissionDenied)
+}
+
+// An alert's firing reaches its owner's connections in its mode that
+// follow alerts, and no one else's.
+func TestWSAlertFirings(t *testing.T) {
+	t.Parallel()
+	env := newAlertEnv(t, alertEnvOptions{})
+	url := wsServer(t, env)
+	ann := env.user(coinpulse.TierPremium)
+	live, sandbox := env.key(ann, coinpulse.ModeLive, rw), env.key(ann, coinpulse.ModeTest, rw)
+	bob := env.newKey(coinpulse.TierPremium)
+
+	conns := map[string]*wsClient{}
+	for name, key := range map[string]string{"ann": live, "ann-sandbox": sandbox, "bob": bob, "ann-unsubscribed": live} {
+		var c *wsClient
+		if name == "ann-sandbox" { // this one authenticates in its first message
+			c = mustDialWS(t, url, "")
+			c.send(`{"type":"auth","api_key":"` + key + `"}`)
+		} else {
+			c = mustDialWS(t, url, key)
+		}
+		c.expect("welcome")
+		if name != "ann-unsubscribed" {
+			c.send(`{"type":"subscribe","channel":"alerts"}`)
+			c.expect("subscribed")
+		}
+		conns[name] = c
+	}
+
+	a := env.createAlert(live, `{"coin_id":"bitcoin","target_price":100,"condition":"above"}`)
+	if fired := env.tick(map[string]float64{"bitcoin": 150}); len(fired) != 1 {
+		t.Fatalf("fired %+v", fired)
+	}
+	m := conns["ann"].expect("alert.triggered")
+	alert, _ := m["alert"].(map[string]any)
+	rest := jsonObject(t, do(t, env.srv, "GET", fmt.Sprintf("/api/v1/alerts/%d", a.ID), live).Data)
+	if fmt.Sprint(m["alert_id"]) != fmt.Sprint(a.ID) || fmt.Sprint(alert) != fmt.Sprint(rest) || alert["is_active"] != false || alert["triggered_price"] != jsonNum("150") {
+		t.Errorf("alert.triggered %v\nwant the alert as GET shows it: %v", m, rest)
+	}
+	for _, name := range []string{"ann-sandbox", "bob", "ann-unsubscribed"} {
+		conns[name].quiet(name + " after ann's live alert fired")
+	}
+
+	// A sandbox alert reaches the sandbox connection only.
+	s := env.createAlert(sandbox, `{"coin_id":"ethereum","target_price":10,"condition":"below"}`)
+	if fired := env.tick(map[string]float64{"ethereum": 9}); len(fired) != 1 {
+		t.Fatalf("fired %+v", fired)
+	}
+	if m := conns["ann-sandbox"].expect("alert.triggered"); fmt.Sprint(m["alert_id"]) != fmt.Sprint(s.ID) {
+		t.Errorf("sandbox got %v", m)
+	}
+	for _, name := range []string{"ann", "bob", "ann-unsubscribed"} {
+		conns[name].quiet(name + " after ann's sandbox alert fired")
+	}
+	// Unsubscribing stops them.
+	conns["ann"].send(`{"type":"unsubscribe","channel":"alerts"}`)
+	conns["ann"].expect("unsubscribed")
+	env.createAlert(live, `{"coin_id":"bitcoin","target_price":100,"condition":"above"}`)
+	if fired := env.tick(map[string]float64{"bitcoin": 150}); len(fired) != 1 {
+		t.Fatalf("fired %+v", fired)
+	}
+	conns["ann"].quiet("after unsubscribing")
+}
+
+// A connection is one call, whichever way it authenticates: metered when
+// it ends, whatever it sent meanwhile.
+func TestWSMeteredAsOneCall(t *testing.T) {
+	t.Parallel()
+	env := newAlertEnv(t, alertEnvOptions{metered: true})
+	url := wsServer(t, env)
+	for _, header := range []bool{true, false} {
+		key := env.newKey(coinpulse.TierPremium)
+		var c *wsClient
+		if header {
+			c = mustDialWS(t, url, key)
+		} else {
+			c = mustDialWS(t, url, "")
+			c.send(`{"type":"auth","api_key":"` + key + `"}`)
+		}
+		c.expect("welcome")
+		for i := range 5 {
+			c.send(fmt.Sprintf(`{"type":"ping","id":%d}`, i))
+			c.expect("pong")
+		}
+		c.send(`{"type":"subscribe","channel":"prices","coins":["btc"]}`)
+		c.expect("subscribed")
+		c.c.Close(websocket.StatusNormalClosure, "bye")
+
+		type usage struct {
+			MonthCalls int64 `json:"month_calls"`
+			Recent     []struct {
+				Method string `json:"method"`
+				Route  string `json:"route"`
+				Status int    `json:"status"`
+			} `json:"recent"`
+		}
+		var u usage
+		pollUntil(t, "the connection metered", func() bool {
+			u = decode[usage](t, do(t, env.srv, "GET", "/api/v1/usage", key))
+			return u.MonthCalls > 0
+		})
+		time.Sleep(30 * time.Millisecond) // three meter intervals: nothing more comes
+		u = decode[usage](t, do(t, env.srv, "GET", "/api/v1/usage", key))
+		var ws int
+		for _, r := range u.Recent {
+			if r.Route == "/api/v1/ws" {
+				ws++
+				if r.Method != "GET" || r.Status != http.StatusSwitchingProtocols {
+					t.Errorf("header %v: the connection is metered as %s %d", header, r.Method, r.Status)
+				}
+			}
+		}
+		if u.MonthCalls != 1 || ws != 1 {
+			t.Errorf("header %v: month_calls %d, %d /ws calls in recent (%+v); want one call", header, u.MonthCalls, ws, u.Recent)
+		}
+	}
+}
+
+// Revoking a key closes its open connections (an INVALID_API_KEY error,
+// then 1008 "api key revoked"), and only those; so does a change to a
+// plan without streams.
+func TestWSClosedOnRevocation(t *testing.T) {
+	t.Parallel()
+	env := newAlertEnv(t, alertEnvOptions{})
+	url := wsServer(t, env)
+	ann := env.user(coinpulse.TierPro)
+	doomed, rec, err := coinpulse.NewAPIKey(ann.ID, "doomed", coinpulse.ModeLive, rw)
+	if err != nil || env.store.CreateKey(env.ctx, rec) != nil {
+		t.Fatal(err)
+	}
+	kept := env.key(ann, coinpulse.ModeLive, rw)
+	bob := env.user(coinpulse.TierPro)
+	bobKey := env.key(bob, coinpulse.ModeLive, rw)
+	byHeader := mustDialWS(t, url, doomed)
+	byMessage := mustDialWS(t, url, "")
+	byMessage.send(`{"type":"auth","api_key":"` + doomed + `"}`)
+	other := mustDialWS(t, url, kept)
+	bobs := mustDialWS(t, url, bobKey)
+	for _, c := range []*wsClient{byHeader, byMessage, other, bobs} {
+		c.expect("welcome")
+	}
+	if err := env.store.RevokeKey(env.ctx, ann.ID, rec.ID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*wsClient{byHeader, byMessage} {
+		if e := c.expect("error"); e["code"] != string(coinpulse.CodeInvalidAPIKey) {
+			t.Errorf("after revocation: %v", e)
+		}
+		if ce := c.closed(); ce.Code != websocket.StatusPolicyViolation || ce.Reason != "api key revoked" {
+			t.Errorf("closed with %d %q, want 1008 \"api key revoked\"", ce.Code, ce.Reason)
+		}
+	}
+	other.quiet("another key of the same account")
+	bobs.quiet("another account")
+	// A downgrade to a plan without streams closes the account's sockets.
+	if err := env.store.SetUserTier(env.ctx, bob.ID, coinpulse.TierFree, nil); err != nil {
+		t.Fatal(err)
+	}
+	bobs.expect("error")
+	if ce := bobs.closed(); ce.Code != websocket.StatusPolicyViolation {
+		t.Errorf("after the downgrade: closed with %d %q", ce.Code, ce.Reason)
+	}
+	other.quiet("after another account's downgrade")
+}
