@@ -18,11 +18,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"coinpulse"
+	"coinpulse/internal/alerting"
 	"coinpulse/internal/api"
 	"coinpulse/internal/feed/sim"
 	"coinpulse/internal/market"
 	"coinpulse/internal/meter"
+	"coinpulse/internal/notify"
 	"coinpulse/internal/ratelimit"
+	"coinpulse/internal/stream"
 )
 
 // serveConfig is everything serve reads from flags and environment.
@@ -39,6 +42,10 @@ type serveConfig struct {
 	plansFile, redis, limits string
 	redisPrefix              string
 	meterInterval            time.Duration
+	webhookAllowPrivate      bool
+	deliveryLease            time.Duration
+	smtp                     notify.SMTPConfig
+	smtpPasswordFile         string
 }
 
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
@@ -63,6 +70,15 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.redisPrefix, "redis-prefix", ratelimit.DefaultPrefix, "prefix of the limiter's Redis keys (to keep deployments sharing a Redis apart)")
 	fs.StringVar(&c.limits, "limits", "on", "on, or off to serve without rate limits and metering (for measuring their cost)")
 	fs.DurationVar(&c.meterInterval, "meter-interval", meter.DefaultInterval, "longest a metered call waits before it is written")
+	fs.BoolVar(&c.webhookAllowPrivate, "webhook-allow-private", false, "let webhook URLs reach loopback, private, link-local and metadata addresses (development and tests only)")
+	fs.DurationVar(&c.deliveryLease, "delivery-lease", defaultDeliveryLease, "how long a node holds a webhook or e-mail delivery it is attempting; a delivery abandoned by a stopped or crashed node is retried once its lease ends (for tests; keep the default in production)")
+	fs.StringVar(&c.smtp.Host, "smtp-host", "", "SMTP server for alert e-mails (none: e-mail notifications are marked undeliverable)")
+	fs.IntVar(&c.smtp.Port, "smtp-port", 0, "SMTP server port (0: 587, or 465 with --smtp-tls)")
+	fs.StringVar(&c.smtp.Username, "smtp-user", "", "SMTP user name (none: no AUTH)")
+	fs.StringVar(&c.smtpPasswordFile, "smtp-password-file", "", "file holding the SMTP password")
+	fs.StringVar(&c.smtp.From, "smtp-from", "", "sender address of alert e-mails, e.g. alerts@example.com")
+	fs.StringVar(&c.smtp.StartTLS, "smtp-starttls", "mandatory", "STARTTLS policy: mandatory, opportunistic or none")
+	fs.BoolVar(&c.smtp.TLS, "smtp-tls", false, "implicit TLS (SMTPS, usually port 465) instead of STARTTLS")
 	if err := parseFlags(fs, args, getenv); err != nil {
 		return c, err
 	}
@@ -80,6 +96,18 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, fmt.Errorf("--limits %q: on or off", c.limits)
 	case c.meterInterval < 10*time.Millisecond || c.meterInterval > time.Second:
 		return c, fmt.Errorf("--meter-interval %s: from 10ms to 1s (a crash loses at most one interval)", c.meterInterval)
+	case c.deliveryLease < minDeliveryLease:
+		return c, fmt.Errorf("--delivery-lease %s: at least %s, longer than a webhook attempt may take (%s), or a delivery would be sent twice at once", c.deliveryLease, minDeliveryLease, notify.DefaultTimeout)
+	}
+	if c.smtpPasswordFile != "" {
+		pw, err := notify.ReadPasswordFile(c.smtpPasswordFile)
+		if err != nil {
+			return c, fmt.Errorf("--smtp-password-file: %w", err)
+		}
+		c.smtp.Password = pw
+	}
+	if err := c.smtp.Validate(); err != nil {
+		return c, err
 	}
 	c.plans = coinpulse.DefaultPlans()
 	if c.plansFile != "" {
@@ -94,6 +122,14 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	}
 	return c, nil
 }
+
+// The delivery lease (--delivery-lease): the dispatcher's default, and the
+// shortest allowed, which must exceed a webhook attempt's timeout so that
+// no delivery is claimed again while it is being attempted.
+const (
+	defaultDeliveryLease = 2 * time.Minute
+	minDeliveryLease     = notify.DefaultTimeout + 5*time.Second
+)
 
 func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
 	var l slog.Level
@@ -145,7 +181,25 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	} else {
 		log.Warn("rate limits and metering are OFF (--limits off)")
 	}
+	evaluator := alerting.NewEvaluator(alerting.EvaluatorConfig{Store: store, Event: api.AlertEvent, Log: log})
+	var mailer *notify.Mailer
+	if cfg.smtp.Host != "" {
+		if mailer, err = notify.NewMailer(cfg.smtp); err != nil {
+			return fmt.Errorf("smtp: %w", err)
+		}
+		log.Info("alert e-mails through SMTP", "host", cfg.smtp.Host, "port", cfg.smtp.Port, "tls", cfg.smtp.TLS, "starttls", cfg.smtp.StartTLS)
+	} else {
+		log.Warn("no SMTP server (--smtp-host): alert e-mails are marked undeliverable")
+	}
+	if cfg.webhookAllowPrivate {
+		log.Warn("webhooks may reach private and loopback addresses (--webhook-allow-private)")
+	}
+	sender := notify.NewSender(notify.SenderOptions{AllowPrivate: cfg.webhookAllowPrivate})
+	dispatcher := notify.NewDispatcher(store, sender, mailer, log, notify.DispatchOptions{Lease: cfg.deliveryLease})
+	apiCfg.AlertIndex, apiCfg.Deliveries, apiCfg.WebhookAllowPrivate = evaluator, dispatcher, cfg.webhookAllowPrivate
 	srv := api.New(apiCfg)
+	hub := srv.Hub()
+	announceFirings(evaluator, hub, dispatcher)
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
@@ -167,6 +221,11 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if mtr != nil {
 		wg.Go(func() { mtr.Run(bg) })
 	}
+	wg.Go(func() { dispatcher.Run(bg) })
+	snaps := engine.Subscribe()
+	prices := engine.Subscribe()
+	wg.Go(func() { evaluator.Run(bg, snaps) })
+	wg.Go(func() { publishPrices(bg, hub, prices) })
 	wg.Go(func() {
 		if err := engine.Load(bg); err != nil {
 			if bg.Err() == nil {
@@ -180,6 +239,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	})
 
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	hs.RegisterOnShutdown(hub.Close) // WebSockets are hijacked: Shutdown does not wait for them
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	select {
@@ -292,4 +352,35 @@ More keys: go run ./cmd/coinpulse keys create --email %s%s
 
 `, base, DemoEmail, live, test, test, base, base, DemoEmail, dbArg)
 	return nil
+}
+
+// announceFirings sends the alerts each tick fires to their owners'
+// WebSockets, and wakes the dispatcher for their deliveries.
+func announceFirings(ev *alerting.Evaluator, hub *stream.Hub, d *notify.Dispatcher) {
+	ev.SetOnFire(func(fired []coinpulse.Alert) {
+		d.Wake()
+		for i := range fired {
+			a := &fired[i]
+			hub.PublishAlert(a.Owner.UserID, string(a.Owner.Mode), a.ID, api.AlertJSON(a))
+		}
+	})
+}
+
+// publishPrices sends each new snapshot's prices to the WebSocket clients.
+func publishPrices(ctx context.Context, hub *stream.Hub, snaps <-chan *market.Snapshot) {
+	var updates []stream.PriceUpdate
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case snap := <-snaps:
+			updates = updates[:0]
+			for _, c := range snap.Coins() {
+				updates = append(updates, stream.PriceUpdate{CoinID: c.ID, Symbol: c.Symbol, Price: c.CurrentPrice,
+					PriceChangePercentage24h: c.PriceChangePercentage24h, MarketCap: c.MarketCap,
+					TotalVolume: c.TotalVolume, LastUpdated: c.LastUpdated})
+			}
+			hub.PublishPrices(snap.AsOf, snap.ID, updates)
+		}
+	}
 }
