@@ -202,6 +202,11 @@ type AlertStore interface {
 	// greater than afterID, by id, at most limit: how the evaluator loads
 	// its index at start (since zero) and follows new armings.
 	ArmedAlerts(ctx context.Context, since time.Time, afterID int64, limit int) ([]Alert, error)
+	// FiredAlerts returns the alerts whose current arming fired at or
+	// after since (TriggeredAt >= since), with id greater than afterID, by
+	// id, at most limit: how each node learns of the firings other nodes
+	// made, for its own WebSocket clients.
+	FiredAlerts(ctx context.Context, since time.Time, afterID int64, limit int) ([]Alert, error)
 	// FireAlerts ends the armings fs names that are still armed, each in
 	// the same transaction as its deliveries: one per enabled webhook of
 	// the alert's owner subscribed to alert.triggered, and one e-mail when

@@ -29,11 +29,21 @@ type Evaluator struct {
 	log    *slog.Logger
 	margin time.Duration
 
-	polled   time.Time // when the last poll of new armings started
-	loaded   bool
-	crossed  []Entry
-	prices   []Price
-	nodeTime func() time.Time
+	polled time.Time // when the last poll of new armings started
+	loaded bool
+	// started is when the evaluator was made: firings before it are not
+	// announced.
+	started time.Time
+	// prevAsOf is the time of the last snapshot whose recent firings were
+	// read.
+	prevAsOf time.Time
+	// announced holds the armings announced to OnFire, with their firing
+	// times, so that a firing seen twice (fired here, then read back from
+	// the store) is announced once; kept for twice the margin.
+	announced map[announcedKey]time.Time
+	crossed   []Entry
+	prices    []Price
+	nodeTime  func() time.Time
 }
 
 // EvaluatorConfig configures an Evaluator.
@@ -59,7 +69,7 @@ const pageSize = 10_000
 // Evaluate loads it.
 func NewEvaluator(cfg EvaluatorConfig) *Evaluator {
 	ev := &Evaluator{store: cfg.Store, index: NewIndex(), event: cfg.Event, onFire: cfg.OnFire,
-		log: cfg.Log, margin: cfg.PollMargin, nodeTime: cfg.Clock}
+		log: cfg.Log, margin: cfg.PollMargin, nodeTime: cfg.Clock, announced: map[announcedKey]time.Time{}}
 	if ev.log == nil {
 		ev.log = slog.Default()
 	}
@@ -69,8 +79,11 @@ func NewEvaluator(cfg EvaluatorConfig) *Evaluator {
 	if ev.nodeTime == nil {
 		ev.nodeTime = time.Now
 	}
+	ev.started = ev.nodeTime()
 	return ev
 }
+
+type announcedKey struct{ id, armedSeq int64 }
 
 // SetOnFire sets the function called after each tick with the alerts it
 // saw fired; call it before Run.
@@ -110,10 +123,13 @@ func (ev *Evaluator) Run(ctx context.Context, snaps <-chan *market.Snapshot) {
 	}
 }
 
-// Evaluate follows new armings, then fires what snap crosses. It returns
-// the alerts seen fired (also handed to OnFire).
+// Evaluate follows new armings, then fires what snap crosses, then reads
+// back the firings of the last PollMargin (this node's and the others').
+// It returns the firings not announced before, which it hands to OnFire:
+// so every node tells its own WebSocket clients of every firing, once,
+// whichever node made it.
 func (ev *Evaluator) Evaluate(ctx context.Context, snap *market.Snapshot) ([]coinpulse.Alert, error) {
-	if err := ev.follow(ctx); err != nil {
+	if err := ev.follow(ctx, ev.nodeTime()); err != nil {
 		return nil, err
 	}
 	ev.prices = ev.prices[:0]
@@ -121,32 +137,92 @@ func (ev *Evaluator) Evaluate(ctx context.Context, snap *market.Snapshot) ([]coi
 		ev.prices = append(ev.prices, Price{CoinID: c.ID, Price: c.CurrentPrice})
 	}
 	ev.crossed = ev.index.Tick(ev.crossed[:0], ev.prices)
-	if len(ev.crossed) == 0 {
-		return nil, nil
-	}
-	at := snap.AsOf.UTC()
-	fs := make([]coinpulse.Firing, len(ev.crossed))
-	for i, e := range ev.crossed {
-		p := snap.Coin(e.CoinID).CurrentPrice
-		fs[i] = coinpulse.Firing{AlertID: e.ID, ArmedSeq: e.ArmedSeq, Price: decimal.NewFromFloat(p), At: at}
-	}
-	fired, err := ev.store.FireAlerts(ctx, fs, ev.event)
-	if err != nil {
-		for _, e := range ev.crossed { // not lost: the next tick tries again
-			ev.index.Add(e)
+	var fired []coinpulse.Alert
+	if len(ev.crossed) > 0 {
+		at := snap.AsOf.UTC()
+		fs := make([]coinpulse.Firing, len(ev.crossed))
+		for i, e := range ev.crossed {
+			p := snap.Coin(e.CoinID).CurrentPrice
+			fs[i] = coinpulse.Firing{AlertID: e.ID, ArmedSeq: e.ArmedSeq, Price: decimal.NewFromFloat(p), At: at}
 		}
-		return nil, fmt.Errorf("fire %d alerts: %w", len(fs), err)
+		var err error
+		fired, err = ev.store.FireAlerts(ctx, fs, ev.event)
+		if err != nil {
+			for _, e := range ev.crossed { // not lost: the next tick tries again
+				ev.index.Add(e)
+			}
+			return nil, fmt.Errorf("fire %d alerts: %w", len(fs), err)
+		}
 	}
-	if len(fired) > 0 && ev.onFire != nil {
-		ev.onFire(fired)
+	recent, err := ev.recentFirings(ctx, snap.AsOf)
+	if err != nil {
+		ev.log.Warn("read recent firings", "err", err) // this tick's own are still announced
 	}
-	return fired, nil
+	news := ev.unannounced(append(fired, recent...))
+	if len(news) > 0 && ev.onFire != nil {
+		ev.onFire(news)
+	}
+	return news, nil
+}
+
+// recentFirings reads the firings since the previous snapshot's time,
+// less recentSlack (since the evaluator started, at first): firings carry
+// their snapshot's as_of, the same on every node, so this covers the
+// previous tick's firings that another node committed after this node
+// read them, and the current tick's.
+func (ev *Evaluator) recentFirings(ctx context.Context, asOf time.Time) ([]coinpulse.Alert, error) {
+	since := ev.prevAsOf.Add(-recentSlack)
+	if since.Before(ev.started.Add(-recentSlack)) {
+		since = ev.started.Add(-recentSlack)
+	}
+	var (
+		out   []coinpulse.Alert
+		after int64
+	)
+	for {
+		page, err := ev.store.FiredAlerts(ctx, since, after, pageSize)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, page...)
+		if len(page) < pageSize {
+			ev.prevAsOf = asOf
+			return out, nil
+		}
+		after = page[len(page)-1].ID
+	}
+}
+
+// recentSlack widens each read of recent firings.
+const recentSlack = 5 * time.Second
+
+// unannounced returns the alerts of as not announced before, once each,
+// records them, and forgets records older than twice the margin.
+func (ev *Evaluator) unannounced(as []coinpulse.Alert) []coinpulse.Alert {
+	var news []coinpulse.Alert
+	for _, a := range as {
+		if a.TriggeredAt == nil {
+			continue
+		}
+		k := announcedKey{a.ID, a.ArmedSeq}
+		if _, ok := ev.announced[k]; ok {
+			continue
+		}
+		ev.announced[k] = *a.TriggeredAt
+		news = append(news, a)
+	}
+	cut := ev.nodeTime().Add(-2*ev.margin - recentSlack)
+	for k, t := range ev.announced {
+		if t.Before(cut) {
+			delete(ev.announced, k)
+		}
+	}
+	return news
 }
 
 // follow loads the index at the first call, then adds the armings since
 // the last poll, less the margin.
-func (ev *Evaluator) follow(ctx context.Context) error {
-	start := ev.nodeTime()
+func (ev *Evaluator) follow(ctx context.Context, start time.Time) error {
 	since := time.Time{}
 	if ev.loaded {
 		since = ev.polled.Add(-ev.margin)

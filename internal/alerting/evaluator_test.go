@@ -141,3 +141,65 @@ func TestEvaluator(t *testing.T) {
 		t.Fatalf("index holds %d entries, want 0", ev.Index().Len())
 	}
 }
+
+// Two nodes: an alert that node A arms and fires before node B has ever
+// seen it armed still reaches B's announcements (its WebSocket clients),
+// once.
+func TestEvaluatorAnnouncesOtherNodesFirings(t *testing.T) {
+	ctx := context.Background()
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "e.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	u := &coinpulse.User{Email: "n@example.com", Tier: coinpulse.TierPro}
+	if err := db.CreateUser(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	clock := func() time.Time { return now }
+	var heardA, heardB []int64
+	a := alerting.NewEvaluator(alerting.EvaluatorConfig{Store: db, Event: event, Clock: clock,
+		OnFire: func(fs []coinpulse.Alert) {
+			for _, f := range fs {
+				heardA = append(heardA, f.ID)
+			}
+		}})
+	b := alerting.NewEvaluator(alerting.EvaluatorConfig{Store: db, Event: event, Clock: clock,
+		OnFire: func(fs []coinpulse.Alert) {
+			for _, f := range fs {
+				heardB = append(heardB, f.ID)
+			}
+		}})
+	// Both nodes have loaded (an empty store) at the first tick.
+	first := snapshot(now, map[string]float64{"bitcoin": 100})
+	for _, ev := range []*alerting.Evaluator{a, b} {
+		if _, err := ev.Evaluate(ctx, first); err != nil {
+			t.Fatal(err)
+		}
+	}
+	al := &coinpulse.Alert{Owner: coinpulse.Owner{UserID: u.ID, Mode: coinpulse.ModeLive}, CoinID: "bitcoin", CoinSymbol: "btc",
+		TargetPrice: decimal.NewFromInt(150), Condition: coinpulse.Above, IsActive: true, CreatedAt: now}
+	if err := db.CreateAlert(ctx, al, -1); err != nil {
+		t.Fatal(err)
+	}
+	a.Armed(al) // created through node A
+	tick := snapshot(now.Add(time.Second), map[string]float64{"bitcoin": 200})
+	if _, err := a.Evaluate(ctx, tick); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Evaluate(ctx, tick); err != nil { // B polls after A fired: never sees it armed
+		t.Fatal(err)
+	}
+	for range 2 {
+		later := snapshot(now.Add(2*time.Second), map[string]float64{"bitcoin": 300})
+		for _, ev := range []*alerting.Evaluator{a, b} {
+			if _, err := ev.Evaluate(ctx, later); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(heardA) != 1 || heardA[0] != al.ID || len(heardB) != 1 || heardB[0] != al.ID {
+		t.Fatalf("node A announced %v, node B %v; want [%d] each", heardA, heardB, al.ID)
+	}
+}

@@ -320,6 +320,26 @@ func (db *DB) ArmedAlerts(ctx context.Context, since time.Time, afterID int64, l
 	return as, nil
 }
 
+// FiredAlerts implements coinpulse.AlertStore.
+func (db *DB) FiredAlerts(ctx context.Context, since time.Time, afterID int64, limit int) ([]coinpulse.Alert, error) {
+	if limit == 0 {
+		return []coinpulse.Alert{}, nil
+	}
+	var lim any // NULL: no limit
+	if limit > 0 {
+		lim = limit
+	}
+	as, err := readAlerts(ctx, db.pool, `
+		SELECT `+alertColumns+` FROM alerts
+		WHERE triggered_at >= $1 AND id > $2
+		ORDER BY id LIMIT $3`,
+		ceilMicro(since), afterID, lim)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: fired alerts: %w", err)
+	}
+	return as, nil
+}
+
 // arming names one arming of one alert.
 type arming struct{ alertID, seq int64 }
 

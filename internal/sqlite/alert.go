@@ -310,6 +310,25 @@ func (db *DB) ArmedAlerts(ctx context.Context, since time.Time, afterID int64, l
 	return as, nil
 }
 
+// FiredAlerts implements coinpulse.AlertStore.
+func (db *DB) FiredAlerts(ctx context.Context, since time.Time, afterID int64, limit int) ([]coinpulse.Alert, error) {
+	if limit == 0 {
+		return []coinpulse.Alert{}, nil
+	}
+	if limit < 0 {
+		limit = -1 // SQLite's no limit
+	}
+	as, err := readAlerts(ctx, db.db, `
+		SELECT `+alertColumns+` FROM alerts INDEXED BY alerts_triggered_idx
+		WHERE triggered_at >= ? AND id > ?
+		ORDER BY id LIMIT ?`,
+		ceilMicros(since), afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: fired alerts: %w", err)
+	}
+	return as, nil
+}
+
 // arming names one arming of one alert.
 type arming struct{ alertID, seq int64 }
 

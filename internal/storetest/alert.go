@@ -1714,3 +1714,56 @@ func testDeliveryLog(t *testing.T, s coinpulse.Store) {
 	_, err := s.Deliveries(ctx, o, x.ID+1000, 10)
 	wantCode(t, err, coinpulse.CodeNotFound)
 }
+
+// FiredAlerts returns the current armings fired at or after since, by id,
+// paged; a re-armed alert is no longer among them.
+func testFiredAlerts(t *testing.T, s coinpulse.Store) {
+	ctx := t.Context()
+	u := newUser(t, s, "alert-fired@example.com")
+	o := live(u)
+	h := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Hour) }
+	a1 := newAlertAt(t, s, o, "bitcoin", "1", coinpulse.Above, false, h(0))
+	a2 := newAlertAt(t, s, o, "bitcoin", "2", coinpulse.Above, false, h(0))
+	a3 := newAlertAt(t, s, sandbox(u), "ethereum", "3", coinpulse.Below, false, h(0))
+	newAlertAt(t, s, o, "solana", "4", coinpulse.Above, false, h(0)) // never fires
+	log := newEventLog()
+	fire(t, s, log, firing(a1, "5", h(1)))
+	fire(t, s, log, firing(a2, "5", h(2)), firing(a3, "1", h(2)))
+	// Times as stored (the store keeps microseconds).
+	at2 := *getAlert(t, s, o, a2.ID).TriggeredAt
+	ids := func(since time.Time, after int64, limit int) []int64 {
+		t.Helper()
+		as, err := s.FiredAlerts(ctx, since, after, limit)
+		if err != nil {
+			t.Fatalf("FiredAlerts: %v", err)
+		}
+		out := []int64{}
+		for _, a := range as {
+			if a.TriggeredAt == nil || a.IsActive {
+				t.Fatalf("FiredAlerts returned %+v", a)
+			}
+			out = append(out, a.ID)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name  string
+		got   []int64
+		want  []int64
+		since time.Time
+	}{
+		{"all", ids(h(0), 0, -1), []int64{a1.ID, a2.ID, a3.ID}, h(0)},
+		{"since the second firing, inclusive", ids(at2, 0, -1), []int64{a2.ID, a3.ID}, at2},
+		{"after", ids(at2, a2.ID, -1), []int64{a3.ID}, at2},
+		{"limit", ids(h(0), 0, 1), []int64{a1.ID}, h(0)},
+		{"later", ids(h(3), 0, -1), []int64{}, h(3)},
+	} {
+		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
+			t.Errorf("%s: FiredAlerts = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	toggle(t, s, o, a1.ID, h(3)) // re-armed: its firing is gone
+	if got := ids(h(0), 0, -1); fmt.Sprint(got) != fmt.Sprint([]int64{a2.ID, a3.ID}) {
+		t.Errorf("after re-arming %d: FiredAlerts = %v", a1.ID, got)
+	}
+}

@@ -88,6 +88,7 @@ func Run(t *testing.T, open func(t *testing.T) coinpulse.Store) {
 		{"Alerts/LimitConcurrent", testAlertLimitConcurrent},
 		{"Alerts/ToggleRearms", testToggleRearms},
 		{"Alerts/Armed", testArmedAlerts},
+		{"Alerts/Fired", testFiredAlerts},
 		{"Alerts/FireOnce", testFireOnce},
 		{"Alerts/FireConcurrent", testFireConcurrent},
 		{"Alerts/FireDisabledOrRearmed", testFireStale},

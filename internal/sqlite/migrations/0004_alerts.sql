@@ -47,6 +47,10 @@ CREATE INDEX alerts_user_id_mode_idx ON alerts (user_id, mode, is_active);
 -- from the beginning of time reads the table in id order instead.
 CREATE INDEX alerts_armed_idx ON alerts (armed_at) WHERE is_active = 1;
 
+-- FiredAlerts: the firings of the last moments, which every node reads
+-- each tick to tell its own WebSocket clients of other nodes' firings.
+CREATE INDEX alerts_triggered_idx ON alerts (triggered_at) WHERE triggered_at IS NOT NULL;
+
 -- An owner's webhook endpoints. events is the subscribed event types,
 -- comma-separated (event types hold no comma).
 CREATE TABLE webhooks (
