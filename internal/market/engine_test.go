@@ -668,3 +668,31 @@ func TestEngineNodesAgree(t *testing.T) {
 		t.Errorf("coins of the running node (-) and the new one (+) differ:\n%s", diff)
 	}
 }
+
+// Subscribe hands a reader the current snapshot at once, then the latest
+// one: a reader that falls behind skips to it, and publishing never waits.
+func TestEngineSubscribe(t *testing.T) {
+	t.Parallel()
+	env := loadedEnv(t, 5*time.Minute)
+	c := env.engine.Subscribe()
+	if got := <-c; got != env.engine.Current() {
+		t.Fatalf("first snapshot %v, want the current one", got.ID)
+	}
+	var last *Snapshot
+	for i := 1; i <= 3; i++ { // nobody reads meanwhile
+		last = env.tick(t, start.Add(time.Duration(i)*time.Minute))
+	}
+	select {
+	case got := <-c:
+		if got != last {
+			t.Fatalf("after three unread ticks got %s, want the latest %s", got.ID, last.ID)
+		}
+	default:
+		t.Fatal("no snapshot waiting after three ticks")
+	}
+	select {
+	case got := <-c:
+		t.Fatalf("a second snapshot %s waited; want only the latest", got.ID)
+	default:
+	}
+}
