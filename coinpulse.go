@@ -30,6 +30,7 @@ type Store interface {
 	KVStore
 	UsageStore
 	AlertStore
+	SessionStore
 	// Ping reports whether the store answers.
 	Ping(ctx context.Context) error
 	// Close releases the store's connections.

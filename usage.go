@@ -32,6 +32,9 @@ type KeyUsage struct {
 type DayUsage struct {
 	Day   time.Time
 	Calls int64
+	// P50 and P95 are response-time percentiles of all the day's metered
+	// calls, counted or not (zero when there were none).
+	P50, P95 time.Duration
 }
 
 // Usage is what an account's metering keeps.

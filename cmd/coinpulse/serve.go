@@ -20,6 +20,7 @@ import (
 	"coinpulse"
 	"coinpulse/internal/alerting"
 	"coinpulse/internal/api"
+	"coinpulse/internal/dashboard"
 	"coinpulse/internal/feed/sim"
 	"coinpulse/internal/market"
 	"coinpulse/internal/meter"
@@ -40,6 +41,7 @@ type serveConfig struct {
 	demo                     bool
 	plans                    map[coinpulse.Tier]coinpulse.Plan
 	plansFile, redis, limits string
+	billingURL               string
 	redisPrefix              string
 	meterInterval            time.Duration
 	webhookAllowPrivate      bool
@@ -65,6 +67,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
 	fs.BoolVar(&c.demo, "demo", true, "on a fresh database, create a demo account and print its keys")
+	fs.StringVar(&c.billingURL, "billing-url", "", "where the dashboard's upgrade prompt links (default: the API documentation)")
 	fs.StringVar(&c.plansFile, "plans", "", "plan file (JSON, see plans/default.json); default: the shipped plans")
 	fs.StringVar(&c.redis, "redis", "", "Redis URL (redis://host:6379/0) for rate limits shared by several nodes; default: in-process")
 	fs.StringVar(&c.redisPrefix, "redis-prefix", ratelimit.DefaultPrefix, "prefix of the limiter's Redis keys (to keep deployments sharing a Redis apart)")
@@ -197,6 +200,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	sender := notify.NewSender(notify.SenderOptions{AllowPrivate: cfg.webhookAllowPrivate})
 	dispatcher := notify.NewDispatcher(store, sender, mailer, log, notify.DispatchOptions{Lease: cfg.deliveryLease})
 	apiCfg.AlertIndex, apiCfg.Deliveries, apiCfg.WebhookAllowPrivate = evaluator, dispatcher, cfg.webhookAllowPrivate
+	apiCfg.Dashboard = dashboard.New(dashboard.Config{Store: store, Plans: cfg.plans, Log: log, BillingURL: cfg.billingURL}).Handler()
 	srv := api.New(apiCfg)
 	hub := srv.Hub()
 	announceFirings(evaluator, hub, dispatcher)

@@ -56,6 +56,9 @@ type Config struct {
 	// the store again (default 30 s); revocations cut it short everywhere
 	// through the store's auth epoch.
 	KeyCacheTTL time.Duration
+	// Dashboard serves /user/api and every path under it (nil: those
+	// paths are 404 like any unknown path).
+	Dashboard http.Handler
 }
 
 // Server is the HTTP interface. Create it with New, serve Handler, and run
@@ -84,6 +87,7 @@ type Server struct {
 	resolver            *net.Resolver
 	hub                 *stream.Hub
 	wsRoute             Route
+	dashboard           http.Handler
 }
 
 // Access says who may call a route.
@@ -126,7 +130,7 @@ func New(cfg Config) *Server {
 		plans: cfg.Plans, maxBody: cfg.MaxBody, mux: http.NewServeMux(),
 		limiter: cfg.Limiter, sandboxLimits: DefaultSandboxLimits, meterer: cfg.Meter,
 		alertIndex: cfg.AlertIndex, deliveries: cfg.Deliveries, webhookAllowPrivate: cfg.WebhookAllowPrivate,
-		resolver: cfg.Resolver,
+		resolver: cfg.Resolver, dashboard: cfg.Dashboard,
 	}
 	if cfg.SandboxLimits != nil {
 		s.sandboxLimits = *cfg.SandboxLimits
@@ -309,6 +313,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header()["X-Request-Id"] = []string{id}
 	e := &exchange{ResponseWriter: w, id: id, status: http.StatusOK}
 	defer s.recoverPanic(e, r)
+	if s.dashboard != nil && (r.URL.Path == "/user/api" || strings.HasPrefix(r.URL.Path, "/user/api/")) {
+		s.dashboard.ServeHTTP(e, r)
+		return
+	}
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		s.unrouted(e, r)
 		return

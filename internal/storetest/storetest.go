@@ -102,6 +102,8 @@ func Run(t *testing.T, open func(t *testing.T) coinpulse.Store) {
 		{"Deliveries/ClaimConcurrent", testClaimConcurrent},
 		{"Deliveries/RecordAttempt", testRecordAttempt},
 		{"Deliveries/Log", testDeliveryLog},
+		{"Sessions/Lifecycle", testSessions},
+		{"Sessions/LoginThrottle", testLoginThrottle},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

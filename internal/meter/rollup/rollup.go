@@ -273,6 +273,7 @@ func Result(now time.Time, recent []coinpulse.Call, keys []coinpulse.KeyUsage, d
 		u.Daily[i].Day = first.AddDate(0, 0, i)
 	}
 	var h Histogram
+	var perDay [30]Histogram
 	for i := range days {
 		d := &days[i]
 		if !d.Day.Before(month) {
@@ -284,7 +285,11 @@ func Result(now time.Time, recent []coinpulse.Call, keys []coinpulse.KeyUsage, d
 		// Days are whole UTC days apart; AddDate keeps that exact.
 		idx := int(d.Day.Sub(first) / (24 * time.Hour))
 		u.Daily[idx].Calls += d.Calls
+		perDay[idx].Merge(&d.Latency)
 		h.Merge(&d.Latency)
+	}
+	for i := range u.Daily {
+		u.Daily[i].P50, u.Daily[i].P95 = perDay[i].Percentile(0.50), perDay[i].Percentile(0.95)
 	}
 	u.P50, u.P95, u.P99 = h.Percentile(0.50), h.Percentile(0.95), h.Percentile(0.99)
 	return u

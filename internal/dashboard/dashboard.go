@@ -1,0 +1,322 @@
+// Package dashboard serves the account holders' web app at /user/api:
+// sign-up, log-in and log-out with e-mail and password, the subscription,
+// API keys (create, show once, revoke) and usage, as server-rendered HTML
+// (html/template, embedded assets, no inline script), and the JSON
+// endpoints behind the pages under /user/api/data.
+//
+// Sessions live in the store (coinpulse.SessionStore): the browser holds a
+// random 32-byte token in an HttpOnly, SameSite=Lax cookie, the store its
+// SHA-256. A session ends after IdleTimeout without use, and at the latest
+// AbsoluteTimeout after log-in; its id is new at every log-in. Every form
+// carries a CSRF token: the session's once logged in, before that a random
+// token the form must repeat from an HttpOnly cookie (double submit).
+package dashboard
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"coinpulse"
+)
+
+// Session lifetimes and login throttling figures.
+const (
+	// IdleTimeout ends a session not used for this long.
+	IdleTimeout = 7 * 24 * time.Hour
+	// AbsoluteTimeout ends a session this long after log-in, used or not.
+	AbsoluteTimeout = 30 * 24 * time.Hour
+	// ThrottleWindow is the fixed window failed log-ins are counted in.
+	ThrottleWindow = 15 * time.Minute
+	// MaxAccountFailures failed log-ins to one e-mail address within
+	// ThrottleWindow refuse further log-ins to it until the window ends.
+	MaxAccountFailures = 5
+	// MaxIPFailures failed log-ins (and refused sign-ups) from one address
+	// within ThrottleWindow refuse further attempts from it.
+	MaxIPFailures = 20
+	// MinPasswordLen is the shortest password a sign-up accepts, in
+	// characters.
+	MinPasswordLen = 10
+	// maxPasswordLen bounds the work argon2id is given.
+	maxPasswordLen = 1024
+	// maxBody bounds form and JSON bodies.
+	maxBody = 64 << 10
+	// maxKeyName is the longest key name, in characters.
+	maxKeyName = 64
+)
+
+// Cookie names; both are scoped to /user/api.
+const (
+	sessionCookie = "coinpulse_session"
+	preCookie     = "coinpulse_csrf"
+	basePath      = "/user/api"
+)
+
+// Config is what a Dashboard needs.
+type Config struct {
+	// Store keeps accounts, keys, usage and sessions.
+	Store coinpulse.Store
+	// Plans is the plan table (nil: coinpulse.DefaultPlans()).
+	Plans map[coinpulse.Tier]coinpulse.Plan
+	// Clock tells the time (nil: time.Now).
+	Clock coinpulse.Clock
+	// Log receives errors (nil: slog.Default()).
+	Log *slog.Logger
+	// BillingURL is where the free tier's upgrade prompt links; empty
+	// links to the documentation instead.
+	BillingURL string
+	// Secure marks cookies Secure; they are also marked so on requests
+	// that came over TLS.
+	Secure bool
+}
+
+// Dashboard is the web app. Create it with New and serve Handler.
+type Dashboard struct {
+	store      coinpulse.Store
+	plans      map[coinpulse.Tier]coinpulse.Plan
+	clock      coinpulse.Clock
+	log        *slog.Logger
+	billingURL string
+	secure     bool
+	pages      map[string]*template.Template
+	mux        *http.ServeMux
+
+	dummyOnce sync.Once
+	dummyHash string
+}
+
+//go:embed templates/*.html
+var templateFiles embed.FS
+
+//go:embed static
+var staticFiles embed.FS
+
+// New returns a Dashboard over cfg. It panics if the embedded templates do
+// not parse, which a test catches.
+func New(cfg Config) *Dashboard {
+	d := &Dashboard{store: cfg.Store, plans: cfg.Plans, clock: cfg.Clock, log: cfg.Log, billingURL: cfg.BillingURL, secure: cfg.Secure}
+	if d.plans == nil {
+		d.plans = coinpulse.DefaultPlans()
+	}
+	if d.clock == nil {
+		d.clock = time.Now
+	}
+	if d.log == nil {
+		d.log = slog.Default()
+	}
+	d.pages = parsePages()
+	d.mux = http.NewServeMux()
+	m := d.mux
+	m.HandleFunc("GET "+basePath, d.dashboardPage)
+	m.HandleFunc("GET "+basePath+"/{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, basePath, http.StatusSeeOther)
+	})
+	m.HandleFunc("GET "+basePath+"/signup", d.signupForm)
+	m.HandleFunc("POST "+basePath+"/signup", d.signup)
+	m.HandleFunc("GET "+basePath+"/login", d.loginForm)
+	m.HandleFunc("POST "+basePath+"/login", d.login)
+	m.HandleFunc("POST "+basePath+"/logout", d.logout)
+	m.HandleFunc("POST "+basePath+"/keys", d.createKey)
+	m.HandleFunc("GET "+basePath+"/keys/{id}/revoke", d.revokeForm)
+	m.HandleFunc("POST "+basePath+"/keys/{id}/revoke", d.revoke)
+	static, _ := fs.Sub(staticFiles, "static")
+	m.Handle("GET "+basePath+"/static/", http.StripPrefix(basePath+"/static/", staticHandler(static)))
+	m.HandleFunc("GET "+basePath+"/data/account", d.dataAccount)
+	m.HandleFunc("GET "+basePath+"/data/keys", d.dataKeys)
+	m.HandleFunc("POST "+basePath+"/data/keys", d.dataCreateKey)
+	m.HandleFunc("POST "+basePath+"/data/keys/{id}/revoke", d.dataRevoke)
+	m.HandleFunc("GET "+basePath+"/data/usage", d.dataUsage)
+	m.HandleFunc(basePath+"/data/", func(w http.ResponseWriter, r *http.Request) {
+		d.jsonError(w, coinpulse.Errorf(coinpulse.CodeNotFound, "No dashboard endpoint %s %s.", r.Method, truncate(r.URL.Path, 200)))
+	})
+	m.HandleFunc(basePath+"/", d.notFound)
+	return d
+}
+
+// Handler returns the handler of every path under /user/api (the path
+// itself included): security headers on every answer, then the pages.
+func (d *Dashboard) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Cross-Origin-Opener-Policy", "same-origin")
+		if d.secure || r.TLS != nil {
+			h.Set("Strict-Transport-Security", "max-age=31536000")
+		}
+		if r.ContentLength > maxBody {
+			http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+		d.mux.ServeHTTP(w, r)
+	})
+}
+
+func staticHandler(fsys fs.FS) http.Handler {
+	files := http.FileServerFS(fsys)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		files.ServeHTTP(w, r)
+	})
+}
+
+// secureRequest reports whether cookies are marked Secure: configured so,
+// served over TLS, or behind a proxy that says it terminated TLS.
+func (d *Dashboard) secureRequest(r *http.Request) bool {
+	return d.secure || r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https"
+}
+
+// now is the dashboard's time, in UTC.
+func (d *Dashboard) now() time.Time { return d.clock().UTC() }
+
+// randomToken returns 32 random bytes, hex.
+func randomToken() string {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("crypto/rand: " + err.Error())
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// hashToken is the session id the store keeps for a cookie token.
+func hashToken(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// validToken reports whether s looks like a token randomToken made.
+func validToken(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil
+}
+
+func tokensEqual(a, b string) bool {
+	return a != "" && subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
+}
+
+func (d *Dashboard) setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{
+		Name: name, Value: value, Path: basePath, MaxAge: maxAge,
+		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: d.secureRequest(r),
+	})
+}
+
+// auth is a logged-in request's session and user.
+type auth struct {
+	session *coinpulse.Session
+	user    *coinpulse.User
+}
+
+// errNoSession is a request without a live session.
+var errNoSession = errors.New("no session")
+
+// authenticate returns the request's live session and its user, extending
+// the session's idle expiry when an hour or more of it has been used. It
+// returns errNoSession when there is none.
+func (d *Dashboard) authenticate(r *http.Request) (*auth, error) {
+	c, err := r.Cookie(sessionCookie)
+	if err != nil || !validToken(c.Value) {
+		return nil, errNoSession
+	}
+	ctx := r.Context()
+	now := d.now()
+	s, err := d.store.SessionByID(ctx, hashToken(c.Value), now)
+	if coinpulse.IsNotFound(err) {
+		return nil, errNoSession
+	}
+	if err != nil {
+		return nil, err
+	}
+	u, err := d.store.UserByID(ctx, s.UserID)
+	if coinpulse.IsNotFound(err) {
+		return nil, errNoSession
+	}
+	if err != nil {
+		return nil, err
+	}
+	exp := now.Add(IdleTimeout)
+	if limit := s.CreatedAt.Add(AbsoluteTimeout); exp.After(limit) {
+		exp = limit
+	}
+	if exp.Sub(s.ExpiresAt) >= time.Hour {
+		if err := d.store.ExtendSession(ctx, s.ID, exp); err != nil {
+			d.log.Warn("dashboard: extend session", "err", err)
+		} else {
+			s.ExpiresAt = exp
+		}
+	}
+	return &auth{session: s, user: u}, nil
+}
+
+// startSession logs u in: it ends the session the request carried, if
+// any, creates a new one (a new id: a planted cookie never becomes a
+// login) and sets its cookie.
+func (d *Dashboard) startSession(ctx context.Context, w http.ResponseWriter, r *http.Request, u *coinpulse.User) error {
+	if c, err := r.Cookie(sessionCookie); err == nil && validToken(c.Value) {
+		if err := d.store.DeleteSession(ctx, hashToken(c.Value)); err != nil {
+			return err
+		}
+	}
+	now := d.now()
+	if _, err := d.store.DeleteExpiredSessions(ctx, now, now.Add(-ThrottleWindow)); err != nil {
+		d.log.Warn("dashboard: sweep sessions", "err", err)
+	}
+	token := randomToken()
+	s := &coinpulse.Session{ID: hashToken(token), UserID: u.ID, CSRF: randomToken(), CreatedAt: now, ExpiresAt: now.Add(IdleTimeout)}
+	if err := d.store.CreateSession(ctx, s); err != nil {
+		return err
+	}
+	d.setCookie(w, r, sessionCookie, token, int(AbsoluteTimeout/time.Second))
+	return nil
+}
+
+// preToken returns the request's pre-login CSRF token, setting a new
+// cookie when it has none.
+func (d *Dashboard) preToken(w http.ResponseWriter, r *http.Request) string {
+	if c, err := r.Cookie(preCookie); err == nil && validToken(c.Value) {
+		return c.Value
+	}
+	t := randomToken()
+	d.setCookie(w, r, preCookie, t, 0)
+	return t
+}
+
+// checkPreToken reports whether a pre-login form repeats its cookie.
+func checkPreToken(r *http.Request) bool {
+	c, err := r.Cookie(preCookie)
+	return err == nil && validToken(c.Value) && tokensEqual(r.PostFormValue("csrf"), c.Value)
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// clientIP is the address failed log-ins are counted under: the peer's.
+// Behind a proxy every client shares the proxy's address.
+func clientIP(r *http.Request) string {
+	addr := r.RemoteAddr
+	if i := strings.LastIndexByte(addr, ':'); i >= 0 && !strings.HasSuffix(addr, "]") {
+		addr = addr[:i]
+	}
+	return strings.Trim(addr, "[]")
+}

@@ -1,0 +1,763 @@
+package dashboard
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"coinpulse"
+	"coinpulse/internal/api"
+	"coinpulse/internal/feed/sim"
+	"coinpulse/internal/market"
+	"coinpulse/internal/sqlite"
+)
+
+// env is a test server: the API with the dashboard mounted, over a real
+// SQLite store, and a clock the test moves.
+type env struct {
+	t     *testing.T
+	store *sqlite.DB
+	srv   *httptest.Server
+	mu    sync.Mutex
+	now   time.Time
+}
+
+func (e *env) clock() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.now
+}
+
+func (e *env) advance(d time.Duration) {
+	e.mu.Lock()
+	e.now = e.now.Add(d)
+	e.mu.Unlock()
+}
+
+func newEnv(t testing.TB, billing string) *env {
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "c.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	e := &env{store: db, now: time.Now().UTC()}
+	if tt, ok := t.(*testing.T); ok {
+		e.t = tt
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	dash := New(Config{Store: db, Clock: e.clock, Log: log, BillingURL: billing})
+	feed, err := sim.New(1, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := api.New(api.Config{Store: db, Market: market.New(market.Config{Feed: feed, Store: db, Log: log}), Log: log, Dashboard: dash.Handler()})
+	ctx, cancel := context.WithCancel(context.Background())
+	go srv.Run(ctx)
+	e.srv = httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { e.srv.Close(); cancel() })
+	return e
+}
+
+// client is a browser: a cookie jar, no redirects followed.
+type client struct {
+	t  *testing.T
+	e  *env
+	c  *http.Client
+	ip string
+}
+
+func (e *env) client() *client {
+	jar, _ := cookiejar.New(nil)
+	return &client{t: e.t, e: e, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+// clientB is client for a benchmark.
+func (e *env) clientB(b *testing.B) *client {
+	c := e.client()
+	c.t = &testing.T{}
+	return c
+}
+
+// loginB logs the benchmark's client in with pw.
+func (c *client) loginB(b *testing.B, email string) {
+	res, err := c.c.Get(c.e.srv.URL + "/user/api/login")
+	if err != nil {
+		b.Fatal(err)
+	}
+	res.Body.Close()
+	res, err = c.c.PostForm(c.e.srv.URL+"/user/api/login", url.Values{"email": {email}, "password": {pw}, "csrf": {c.cookie(preCookie)}})
+	if err != nil || res.StatusCode != http.StatusSeeOther {
+		b.Fatalf("log-in: %v %v", res, err)
+	}
+	res.Body.Close()
+}
+
+func mustURL(s string) *url.URL {
+	u, err := url.Parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return u
+}
+
+type resp struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (c *client) do(method, path string, form url.Values, header ...string) *resp {
+	c.t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, c.e.srv.URL+path, body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	res, err := c.c.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return &resp{status: res.StatusCode, header: res.Header, body: string(b)}
+}
+
+func (c *client) get(path string) *resp { c.t.Helper(); return c.do("GET", path, nil) }
+
+var csrfRE = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
+
+// csrf returns the token of the page's forms.
+func (c *client) csrf(p *resp) string {
+	c.t.Helper()
+	m := csrfRE.FindStringSubmatch(p.body)
+	if m == nil {
+		c.t.Fatalf("no csrf in page:\n%s", p.body)
+	}
+	return m[1]
+}
+
+func (c *client) post(path string, form url.Values, fromPage string) *resp {
+	c.t.Helper()
+	form.Set("csrf", c.csrf(c.get(fromPage)))
+	return c.do("POST", path, form)
+}
+
+func (c *client) signup(email, pw string) *resp {
+	c.t.Helper()
+	return c.post("/user/api/signup", url.Values{"email": {email}, "password": {pw}}, "/user/api/signup")
+}
+
+func (c *client) login(email, pw string) *resp {
+	c.t.Helper()
+	if p := c.get("/user/api/login"); p.status == http.StatusSeeOther {
+		// Logged in already: the form's token is still the cookie's.
+		return c.do("POST", "/user/api/login", url.Values{"email": {email}, "password": {pw}, "csrf": {c.cookie(preCookie)}})
+	}
+	return c.post("/user/api/login", url.Values{"email": {email}, "password": {pw}}, "/user/api/login")
+}
+
+func (c *client) cookie(name string) string {
+	u, _ := url.Parse(c.e.srv.URL + "/user/api")
+	for _, k := range c.c.Jar.Cookies(u) {
+		if k.Name == name {
+			return k.Value
+		}
+	}
+	return ""
+}
+
+func wantRedirect(t *testing.T, p *resp, to string) {
+	t.Helper()
+	if p.status != http.StatusSeeOther || p.header.Get("Location") != to {
+		t.Fatalf("got %d Location %q, want 303 to %s\n%s", p.status, p.header.Get("Location"), to, p.body)
+	}
+}
+
+func formError(p *resp) string {
+	m := regexp.MustCompile(`(?s)id="form-error"[^>]*>(.*?)</p>`).FindStringSubmatch(p.body)
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
+
+const pw = "correct horse battery"
+
+func TestSignupLoginLogout(t *testing.T) {
+	e := newEnv(t, "")
+	c := e.client()
+	wantRedirect(t, c.get("/user/api"), "/user/api/login")
+	p := c.get("/user/api/signup")
+	for _, want := range []string{`action="/user/api/signup"`, `method="post"`, `id="email"`, `name="email"`, `id="password"`, `name="password"`, `id="signup-submit"`, `<meta name="csrf-token"`} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("signup page lacks %s", want)
+		}
+	}
+	// A short password and a bad address re-render with a message.
+	if p := c.signup("a@example.com", "short"); p.status != http.StatusUnprocessableEntity || !strings.Contains(formError(p), "at least 10") {
+		t.Errorf("short password: %d %q", p.status, formError(p))
+	}
+	if p := c.signup("not-an-address", pw); p.status != http.StatusUnprocessableEntity || formError(p) == "" {
+		t.Errorf("bad e-mail: %d %q", p.status, formError(p))
+	}
+	wantRedirect(t, c.signup("Ann@Example.com", pw), "/user/api")
+	p = c.get("/user/api")
+	if p.status != http.StatusOK || !regexp.MustCompile(`id="tier">free<`).MatchString(p.body) || !strings.Contains(p.body, `id="logout"`) {
+		t.Fatalf("dashboard after sign-up: %d\n%s", p.status, p.body)
+	}
+	u, err := e.store.UserByEmail(context.Background(), "ann@example.com")
+	if err != nil || u.Tier != coinpulse.TierFree || !strings.HasPrefix(u.PasswordHash, "$argon2id$") {
+		t.Fatalf("user: %+v %v", u, err)
+	}
+	// Signing up again with the address: a generic refusal.
+	c2 := e.client()
+	if p := c2.signup("ann@example.com", pw); p.status != http.StatusUnprocessableEntity || formError(p) != msgBadSignup {
+		t.Errorf("duplicate sign-up: %d %q", p.status, formError(p))
+	}
+	// Log out, then the dashboard wants a log-in again.
+	wantRedirect(t, c.post("/user/api/logout", url.Values{}, "/user/api"), "/user/api/login")
+	wantRedirect(t, c.get("/user/api"), "/user/api/login")
+	// Wrong password and unknown address: the same message.
+	for _, try := range [][2]string{{"ann@example.com", "wrong password!"}, {"nobody@example.com", pw}} {
+		p := c.login(try[0], try[1])
+		if p.status != http.StatusUnauthorized || formError(p) != "E-mail or password is incorrect." {
+			t.Errorf("login %v: %d %q", try, p.status, formError(p))
+		}
+	}
+	p = c.get("/user/api/login")
+	for _, want := range []string{`id="email"`, `id="password"`, `id="login-submit"`, `name="csrf"`} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("login page lacks %s", want)
+		}
+	}
+	wantRedirect(t, c.login("ANN@example.com", pw), "/user/api")
+	if p := c.get("/user/api"); p.status != http.StatusOK {
+		t.Errorf("dashboard after log-in: %d", p.status)
+	}
+	// Cookies: HttpOnly, SameSite=Lax, scoped; Secure behind TLS.
+	res := c.login("ann@example.com", pw)
+	sc := res.header.Get("Set-Cookie")
+	for _, want := range []string{"coinpulse_session=", "HttpOnly", "SameSite=Lax", "Path=/user/api"} {
+		if !strings.Contains(sc, want) {
+			t.Errorf("session cookie %q lacks %s", sc, want)
+		}
+	}
+	if strings.Contains(sc, "Secure") {
+		t.Errorf("Secure cookie over plain HTTP: %q", sc)
+	}
+	res = c.do("POST", "/user/api/login", url.Values{"email": {"ann@example.com"}, "password": {pw}, "csrf": {c.cookie(preCookie)}}, "X-Forwarded-Proto", "https")
+	if sc := res.header.Get("Set-Cookie"); !strings.Contains(sc, "Secure") {
+		t.Errorf("cookie behind TLS not Secure: %q", sc)
+	}
+}
+
+func TestSessionFixation(t *testing.T) {
+	e := newEnv(t, "")
+	c := e.client()
+	wantRedirect(t, c.signup("fix@example.com", pw), "/user/api")
+	before := c.cookie(sessionCookie)
+	if before == "" {
+		t.Fatal("no session cookie")
+	}
+	// Logging in again gives a new session and ends the old one.
+	wantRedirect(t, c.login("fix@example.com", pw), "/user/api")
+	after := c.cookie(sessionCookie)
+	if after == "" || after == before {
+		t.Fatalf("session id not rotated: %s -> %s", before, after)
+	}
+	old := e.client()
+	u, _ := url.Parse(e.srv.URL + "/user/api")
+	old.c.Jar.SetCookies(u, []*http.Cookie{{Name: sessionCookie, Value: before, Path: "/user/api"}})
+	wantRedirect(t, old.get("/user/api"), "/user/api/login")
+	// A cookie planted before log-in (an attacker's chosen value) is not
+	// the one after it.
+	planted := strings.Repeat("ab", 32)
+	v := e.client()
+	v.c.Jar.SetCookies(u, []*http.Cookie{{Name: sessionCookie, Value: planted, Path: "/user/api"}})
+	wantRedirect(t, v.login("fix@example.com", pw), "/user/api")
+	if got := v.cookie(sessionCookie); got == planted || got == "" {
+		t.Errorf("planted session cookie kept: %s", got)
+	}
+	attacker := e.client()
+	attacker.c.Jar.SetCookies(u, []*http.Cookie{{Name: sessionCookie, Value: planted, Path: "/user/api"}})
+	wantRedirect(t, attacker.get("/user/api"), "/user/api/login")
+	// The store holds the token's hash, not the token.
+	if _, err := e.store.SessionByID(context.Background(), after, e.clock()); !coinpulse.IsNotFound(err) {
+		t.Errorf("the store knows the raw token: %v", err)
+	}
+}
+
+func TestSessionExpiry(t *testing.T) {
+	e := newEnv(t, "")
+	c := e.client()
+	wantRedirect(t, c.signup("exp@example.com", pw), "/user/api")
+	e.advance(6 * 24 * time.Hour)
+	if p := c.get("/user/api"); p.status != http.StatusOK {
+		t.Fatalf("after 6 idle days: %d", p.status)
+	}
+	e.advance(6 * 24 * time.Hour) // used 6 days ago: still alive
+	if p := c.get("/user/api"); p.status != http.StatusOK {
+		t.Fatalf("after 6 more days: %d", p.status)
+	}
+	e.advance(IdleTimeout + time.Minute)
+	wantRedirect(t, c.get("/user/api"), "/user/api/login")
+	// Absolute lifetime: used every 5 days, it still ends at 30 days.
+	wantRedirect(t, c.login("exp@example.com", pw), "/user/api")
+	for range 5 {
+		e.advance(5 * 24 * time.Hour)
+		if p := c.get("/user/api"); p.status != http.StatusOK {
+			t.Fatalf("within 30 days: %d", p.status)
+		}
+	}
+	e.advance(5*24*time.Hour + time.Minute)
+	wantRedirect(t, c.get("/user/api"), "/user/api/login")
+}
+
+func TestCSRF(t *testing.T) {
+	e := newEnv(t, "")
+	c := e.client()
+	wantRedirect(t, c.signup("csrf@example.com", pw), "/user/api")
+	ctx := context.Background()
+	u, _ := e.store.UserByEmail(ctx, "csrf@example.com")
+	key := c.post("/user/api/keys", url.Values{"name": {"k"}, "mode": {"live"}, "permissions": {"read"}}, "/user/api")
+	if key.status != http.StatusOK {
+		t.Fatalf("create key: %d", key.status)
+	}
+	keys, _ := e.store.KeysByUser(ctx, u.ID)
+	id := keys[0].ID
+	posts := []struct {
+		path string
+		form url.Values
+	}{
+		{"/user/api/keys", url.Values{"name": {"evil"}, "mode": {"live"}, "permissions": {"read"}}},
+		{fmt.Sprintf("/user/api/keys/%d/revoke", id), url.Values{}},
+		{"/user/api/logout", url.Values{}},
+	}
+	for _, tok := range []string{"", "wrong", strings.Repeat("0", 64)} {
+		for _, p := range posts {
+			form := url.Values{}
+			for k, v := range p.form {
+				form[k] = v
+			}
+			if tok != "" {
+				form.Set("csrf", tok)
+			}
+			if res := c.do("POST", p.path, form); res.status != http.StatusForbidden || formError(res) != msgCSRF {
+				t.Errorf("POST %s csrf %q: %d %q", p.path, tok, res.status, formError(res))
+			}
+		}
+	}
+	// Nothing changed: one key, unrevoked, still logged in.
+	keys, _ = e.store.KeysByUser(ctx, u.ID)
+	if len(keys) != 1 || keys[0].RevokedAt != nil {
+		t.Errorf("keys changed: %+v", keys)
+	}
+	if p := c.get("/user/api"); p.status != http.StatusOK {
+		t.Errorf("logged out by a forged post: %d", p.status)
+	}
+	// Pre-login forms: without the cookie's token, refused.
+	other := e.client()
+	for _, path := range []string{"/user/api/login", "/user/api/signup"} {
+		res := other.do("POST", path, url.Values{"email": {"csrf@example.com"}, "password": {pw}, "csrf": {strings.Repeat("1", 64)}})
+		if res.status != http.StatusForbidden || other.cookie(sessionCookie) != "" {
+			t.Errorf("POST %s with a forged token: %d", path, res.status)
+		}
+	}
+	if _, err := e.store.UserByEmail(ctx, "csrf@example.com"); err != nil {
+		t.Error(err)
+	}
+	// JSON: POSTs need X-CSRF-Token.
+	for _, tok := range []string{"", "nope"} {
+		res := c.do("POST", "/user/api/data/keys", nil, "Content-Type", "application/json", "X-CSRF-Token", tok)
+		if res.status != http.StatusForbidden || !strings.Contains(res.body, `"code":"PERMISSION_DENIED"`) {
+			t.Errorf("JSON POST with token %q: %d %s", tok, res.status, res.body)
+		}
+		res = c.do("POST", fmt.Sprintf("/user/api/data/keys/%d/revoke", id), nil, "X-CSRF-Token", tok)
+		if res.status != http.StatusForbidden {
+			t.Errorf("JSON revoke with token %q: %d", tok, res.status)
+		}
+	}
+	keys, _ = e.store.KeysByUser(ctx, u.ID)
+	if len(keys) != 1 || keys[0].RevokedAt != nil {
+		t.Errorf("keys changed by JSON: %+v", keys)
+	}
+}
+
+func TestXSSEscaped(t *testing.T) {
+	e := newEnv(t, "")
+	c := e.client()
+	wantRedirect(t, c.signup("xss@example.com", pw), "/user/api")
+	names := []string{`<script>alert(1)</script>`, `"><img src=x onerror=alert(1)>`}
+	for _, n := range names {
+		p := c.post("/user/api/keys", url.Values{"name": {n}, "mode": {"test"}, "permissions": {"read", "write"}}, "/user/api")
+		if p.status != http.StatusOK || strings.Contains(p.body, n) {
+			t.Errorf("new-key page for %q: %d, raw name present: %v", n, p.status, strings.Contains(p.body, n))
+		}
+	}
+	p := c.get("/user/api")
+	for _, n := range names {
+		if strings.Contains(p.body, n) {
+			t.Errorf("dashboard shows %q unescaped", n)
+		}
+	}
+	for _, want := range []string{"&lt;script&gt;alert(1)&lt;/script&gt;", "&#34;&gt;&lt;img src=x onerror=alert(1)&gt;"} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("dashboard lacks escaped %s", want)
+		}
+	}
+	if strings.Count(p.body, "<script") != 1 { // the one external script
+		t.Errorf("%d script tags", strings.Count(p.body, "<script"))
+	}
+	// An error page echoing the e-mail escapes it too.
+	bad := `"><script>x</script>@example.com`
+	lp := c.login(bad, "whatever password")
+	if strings.Contains(lp.body, "<script>x") {
+		t.Error("login form echoes the e-mail unescaped")
+	}
+}
+
+func TestLoginThrottling(t *testing.T) {
+	e := newEnv(t, "")
+	c := e.client()
+	wantRedirect(t, c.signup("victim@example.com", pw), "/user/api")
+	c = e.client()
+	for i := 1; i <= MaxAccountFailures; i++ {
+		p := c.login("victim@example.com", "wrong password")
+		if !strings.HasPrefix(formError(p), "E-mail or password is incorrect.") {
+			t.Fatalf("failure %d: %q", i, formError(p))
+		}
+	}
+	p := c.login("victim@example.com", pw)
+	if p.status != http.StatusTooManyRequests || !strings.Contains(formError(p), "Wait 15 minutes") || c.cookie(sessionCookie) != "" {
+		t.Fatalf("correct password while throttled: %d %q", p.status, formError(p))
+	}
+	e.advance(14 * time.Minute)
+	if p := c.login("victim@example.com", pw); !strings.Contains(formError(p), "Wait 1 minute,") {
+		t.Errorf("a minute before the end: %q", formError(p))
+	}
+	e.advance(time.Minute)
+	wantRedirect(t, c.login("victim@example.com", pw), "/user/api")
+
+	// Per address: failures over many accounts from one address.
+	e.advance(time.Hour)
+	c = e.client()
+	for i := 0; i < MaxIPFailures; i++ {
+		c.login(fmt.Sprintf("guess%d@example.com", i), "wrong password")
+	}
+	p = c.login("victim@example.com", pw)
+	if p.status != http.StatusTooManyRequests || !strings.Contains(formError(p), "Too many failed log-in attempts. Wait") {
+		t.Fatalf("correct password from a throttled address: %d %q", p.status, formError(p))
+	}
+	e.advance(ThrottleWindow)
+	wantRedirect(t, c.login("victim@example.com", pw), "/user/api")
+}
+
+// createKeys posts n keys from the dashboard and returns the last page.
+func createKeys(c *client, n int, mode string) *resp {
+	var p *resp
+	for i := 0; i < n; i++ {
+		p = c.post("/user/api/keys", url.Values{"name": {fmt.Sprintf("key %d", i)}, "mode": {mode}, "permissions": {"read"}}, "/user/api")
+	}
+	return p
+}
+
+func TestKeys(t *testing.T) {
+	e := newEnv(t, "https://billing.example.com/upgrade?from=dash&x=1")
+	c := e.client()
+	wantRedirect(t, c.signup("keys@example.com", pw), "/user/api")
+	p := c.get("/user/api")
+	for _, want := range []string{`id="upgrade"`, `href="https://billing.example.com/upgrade?from=dash&amp;x=1"`, `id="expires">never`,
+		`action="/user/api/keys"`, `id="key-name"`, `id="key-mode"`, `value="live"`, `value="test"`, `id="perm-read" checked`, `id="perm-write"`, `id="key-create"`,
+		`id="month-calls">0<`, `id="allowance-left">1,000<`, `id="recent-calls"`, `id="daily-chart"`, `id="key-stats"`, `id="latency"`, `id="keys"`} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("dashboard lacks %s", want)
+		}
+	}
+	if n := strings.Count(p.body, `<rect class="bar"`); n != 30 {
+		t.Errorf("%d bars, want 30", n)
+	}
+	// Create: 200, the key shown once, not cacheable.
+	p = c.post("/user/api/keys", url.Values{"name": {"bot"}, "mode": {"test"}, "permissions": {"read", "write"}}, "/user/api")
+	m := regexp.MustCompile(`id="new-key"[^>]*value="(sk_test_[0-9A-Za-z]+)"`).FindStringSubmatch(p.body)
+	if p.status != http.StatusOK || m == nil || !strings.Contains(p.body, `id="copy-key"`) || !strings.Contains(p.body, `id="new-key-warning"`) ||
+		!strings.Contains(p.body, `id="back-to-dashboard" `) && !strings.Contains(p.body, `href="/user/api" id="back-to-dashboard"`) {
+		t.Fatalf("new-key page: %d\n%s", p.status, p.body)
+	}
+	if p.header.Get("Cache-Control") != "no-store" {
+		t.Errorf("new-key page Cache-Control %q", p.header.Get("Cache-Control"))
+	}
+	secret := m[1]
+	if _, err := coinpulse.ParseKey(secret); err != nil {
+		t.Fatal(err)
+	}
+	p = c.get("/user/api")
+	if strings.Contains(p.body, secret) {
+		t.Error("the dashboard shows the full key again")
+	}
+	u, _ := e.store.UserByEmail(context.Background(), "keys@example.com")
+	keys, _ := e.store.KeysByUser(context.Background(), u.ID)
+	k := keys[0]
+	row := regexp.MustCompile(fmt.Sprintf(`(?s)<tr data-key-id="%d"[^>]*>(.*?)</tr>`, k.ID)).FindStringSubmatch(p.body)
+	if row == nil || !strings.Contains(row[1], k.Display()) || !strings.Contains(row[1], `class="key-mode">test<`) ||
+		!strings.Contains(row[1], fmt.Sprintf(`id="revoke-%d"`, k.ID)) || !strings.Contains(row[1], "read,write") {
+		t.Errorf("key row: %v", row)
+	}
+	// Refusals: a bad name, no permission.
+	for _, f := range []url.Values{
+		{"name": {""}, "mode": {"live"}, "permissions": {"read"}},
+		{"name": {strings.Repeat("n", 65)}, "mode": {"live"}, "permissions": {"read"}},
+		{"name": {"x"}, "mode": {"live"}},
+		{"name": {"x"}, "mode": {"prod"}, "permissions": {"read"}},
+	} {
+		if p := c.post("/user/api/keys", f, "/user/api"); p.status != http.StatusUnprocessableEntity || formError(p) == "" || !strings.Contains(p.body, `id="keys"`) {
+			t.Errorf("%v: %d %q", f, p.status, formError(p))
+		}
+	}
+	// Up to 5 active; then the form gives way to the explanation.
+	createKeys(c, 4, "live")
+	p = c.get("/user/api")
+	if !strings.Contains(p.body, `id="key-limit"`) || strings.Contains(p.body, `id="key-create"`) || strings.Count(p.body, "<tr data-key-id=") != 5 {
+		t.Errorf("at the limit: key-limit %v, form %v, rows %d", strings.Contains(p.body, `id="key-limit"`), strings.Contains(p.body, `id="key-create"`), strings.Count(p.body, "<tr data-key-id="))
+	}
+	p = createKeys(c, 1, "live")
+	if p.status != http.StatusForbidden || !strings.Contains(formError(p), "5 active keys") {
+		t.Errorf("sixth key: %d %q", p.status, formError(p))
+	}
+	// Revoke: confirmation, then 303; the API refuses the key at once.
+	if res := apiCall(e, secret); res != http.StatusOK {
+		t.Fatalf("API with the new key: %d", res)
+	}
+	p = c.get(fmt.Sprintf("/user/api/keys/%d/revoke", k.ID))
+	if p.status != http.StatusOK || !strings.Contains(p.body, `id="revoke-confirm"`) || !strings.Contains(p.body, fmt.Sprintf(`action="/user/api/keys/%d/revoke"`, k.ID)) {
+		t.Fatalf("revoke page: %d\n%s", p.status, p.body)
+	}
+	wantRedirect(t, c.post(fmt.Sprintf("/user/api/keys/%d/revoke", k.ID), url.Values{}, fmt.Sprintf("/user/api/keys/%d/revoke", k.ID)), "/user/api")
+	deadline := time.Now().Add(2 * time.Second)
+	for apiCall(e, secret) != http.StatusUnauthorized {
+		if time.Now().After(deadline) {
+			t.Fatal("the API still takes the revoked key")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	p = c.get("/user/api")
+	if strings.Contains(p.body, fmt.Sprintf(`data-key-id="%d"`, k.ID)) || strings.Contains(p.body, `id="key-limit"`) {
+		t.Error("revoked key listed, or the limit still shown")
+	}
+	// Another account's key: 404 on both the page and the post.
+	o := e.client()
+	wantRedirect(t, o.signup("other@example.com", pw), "/user/api")
+	other := keys[0].ID + 100
+	createKeys(o, 1, "live")
+	ou, _ := e.store.UserByEmail(context.Background(), "other@example.com")
+	okeys, _ := e.store.KeysByUser(context.Background(), ou.ID)
+	other = okeys[0].ID
+	if p := c.get(fmt.Sprintf("/user/api/keys/%d/revoke", other)); p.status != http.StatusNotFound {
+		t.Errorf("other's revoke page: %d", p.status)
+	}
+	tok := c.csrf(c.get("/user/api"))
+	if p := c.do("POST", fmt.Sprintf("/user/api/keys/%d/revoke", other), url.Values{"csrf": {tok}}); p.status != http.StatusNotFound {
+		t.Errorf("other's revoke post: %d", p.status)
+	}
+	if p := c.get("/user/api/keys/abc/revoke"); p.status != http.StatusNotFound {
+		t.Errorf("bad id: %d", p.status)
+	}
+	okeys, _ = e.store.KeysByUser(context.Background(), ou.ID)
+	if okeys[0].RevokedAt != nil {
+		t.Error("another account's key was revoked")
+	}
+}
+
+// apiCall calls GET /api/v1/usage with key and returns the status.
+func apiCall(e *env, key string) int {
+	req, _ := http.NewRequest("GET", e.srv.URL+"/api/v1/usage", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode == http.StatusUnauthorized {
+		return res.StatusCode
+	}
+	return res.StatusCode
+}
+
+func TestSecurityHeaders(t *testing.T) {
+	e := newEnv(t, "")
+	c := e.client()
+	check := func(name string, p *resp) {
+		t.Helper()
+		h := p.header
+		csp := h.Get("Content-Security-Policy")
+		if !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe-inline") || !strings.Contains(csp, "frame-ancestors 'none'") ||
+			h.Get("X-Frame-Options") != "DENY" || h.Get("Referrer-Policy") != "same-origin" || h.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s: headers %v", name, h)
+		}
+		if strings.Contains(p.body, "<script>") || regexp.MustCompile(`\son[a-z]+=`).MatchString(p.body) || strings.Contains(p.body, "style=") {
+			t.Errorf("%s: inline script, handler or style", name)
+		}
+	}
+	check("login", c.get("/user/api/login"))
+	check("signup", c.get("/user/api/signup"))
+	check("logged out dashboard", c.get("/user/api"))
+	check("404", c.get("/user/api/nope"))
+	check("static", c.get("/user/api/static/dashboard.js"))
+	wantRedirect(t, c.signup("hdr@example.com", pw), "/user/api")
+	check("dashboard", c.get("/user/api"))
+	check("new key", createKeys(c, 1, "live"))
+	check("revoke", c.get("/user/api/keys/1/revoke"))
+	check("json", c.get("/user/api/data/account"))
+	if p := c.get("/user/api/static/dashboard.js"); p.status != http.StatusOK || !strings.HasPrefix(p.header.Get("Content-Type"), "text/javascript") {
+		t.Errorf("dashboard.js: %d %s", p.status, p.header.Get("Content-Type"))
+	}
+	if p := c.get("/user/api/static/dashboard.css"); p.status != http.StatusOK || !strings.HasPrefix(p.header.Get("Content-Type"), "text/css") {
+		t.Errorf("dashboard.css: %d %s", p.status, p.header.Get("Content-Type"))
+	}
+	// Paths outside /user/api keep the API's JSON 404.
+	if p := c.get("/user/apix"); p.status != http.StatusNotFound || !strings.Contains(p.body, `"RESOURCE_NOT_FOUND"`) {
+		t.Errorf("/user/apix: %d %s", p.status, p.body)
+	}
+}
+
+func TestJSON(t *testing.T) {
+	e := newEnv(t, "")
+	anon := e.client()
+	for _, path := range []string{"/user/api/data/account", "/user/api/data/keys", "/user/api/data/usage"} {
+		p := anon.get(path)
+		if p.status != http.StatusUnauthorized || !strings.Contains(p.body, `"success":false`) || !strings.Contains(p.body, `"code":"INVALID_API_KEY"`) {
+			t.Errorf("%s without a session: %d %s", path, p.status, p.body)
+		}
+	}
+	c := e.client()
+	wantRedirect(t, c.signup("json@example.com", pw), "/user/api")
+	tok := regexp.MustCompile(`<meta name="csrf-token" content="([0-9a-f]+)">`).FindStringSubmatch(c.get("/user/api").body)[1]
+	var acct struct {
+		Success bool
+		Data    struct {
+			User struct{ Email, Tier string }
+			Plan struct {
+				MonthlyCalls *int64 `json:"monthly_calls"`
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(c.get("/user/api/data/account").body), &acct); err != nil || !acct.Success || acct.Data.User.Email != "json@example.com" ||
+		acct.Data.User.Tier != "free" || acct.Data.Plan.MonthlyCalls == nil || *acct.Data.Plan.MonthlyCalls != 1000 {
+		t.Errorf("account: %+v %v", acct, err)
+	}
+	post := func(path, body string) *resp {
+		req, _ := http.NewRequest("POST", e.srv.URL+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-CSRF-Token", tok)
+		res, err := c.c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return &resp{status: res.StatusCode, header: res.Header, body: string(b)}
+	}
+	p := post("/user/api/data/keys", `{"name":"ci","mode":"live","permissions":["read"]}`)
+	var created struct {
+		Data struct {
+			ID     int64
+			Key    string
+			APIKey string `json:"api_key"`
+		}
+	}
+	if err := json.Unmarshal([]byte(p.body), &created); p.status != http.StatusCreated || err != nil || !strings.HasPrefix(created.Data.APIKey, "sk_live_") {
+		t.Fatalf("create: %d %s", p.status, p.body)
+	}
+	if list := c.get("/user/api/data/keys"); list.status != http.StatusOK || strings.Contains(list.body, created.Data.APIKey) || !strings.Contains(list.body, created.Data.Key) {
+		t.Errorf("list: %d %s", list.status, list.body)
+	}
+	for _, bad := range []string{`{"name":"","mode":"live","permissions":["read"]}`, `{"name":"x","mode":"live","permissions":[]}`, `{"name":"x","mode":"live","permissions":["read"],"extra":1}`, `[]`} {
+		if p := post("/user/api/data/keys", bad); p.status != http.StatusUnprocessableEntity || !strings.Contains(p.body, `"VALIDATION_ERROR"`) {
+			t.Errorf("%s: %d %s", bad, p.status, p.body)
+		}
+	}
+	for range 4 {
+		post("/user/api/data/keys", `{"name":"more","mode":"test","permissions":["read","write"]}`)
+	}
+	if p := post("/user/api/data/keys", `{"name":"sixth","mode":"test","permissions":["read"]}`); p.status != http.StatusForbidden || !strings.Contains(p.body, `"KEY_LIMIT_REACHED"`) {
+		t.Errorf("sixth: %d %s", p.status, p.body)
+	}
+	o := e.client()
+	wantRedirect(t, o.signup("json2@example.com", pw), "/user/api")
+	otok := regexp.MustCompile(`<meta name="csrf-token" content="([0-9a-f]+)">`).FindStringSubmatch(o.get("/user/api").body)[1]
+	if p := o.do("POST", fmt.Sprintf("/user/api/data/keys/%d/revoke", created.Data.ID), nil, "X-CSRF-Token", otok); p.status != http.StatusNotFound || !strings.Contains(p.body, `"RESOURCE_NOT_FOUND"`) {
+		t.Errorf("other's key: %d %s", p.status, p.body)
+	}
+	if p := post(fmt.Sprintf("/user/api/data/keys/%d/revoke", created.Data.ID), ""); p.status != http.StatusOK || !strings.Contains(p.body, `"active":false`) {
+		t.Errorf("revoke: %d %s", p.status, p.body)
+	}
+	if apiCall(e, created.Data.APIKey) == http.StatusOK {
+		time.Sleep(200 * time.Millisecond)
+		if apiCall(e, created.Data.APIKey) != http.StatusUnauthorized {
+			t.Error("revoked key still works")
+		}
+	}
+	p = c.get("/user/api/data/usage")
+	var usage struct {
+		Data struct {
+			MonthCalls int64 `json:"month_calls"`
+			Daily      []json.RawMessage
+			Keys       []json.RawMessage
+		}
+	}
+	if err := json.Unmarshal([]byte(p.body), &usage); p.status != http.StatusOK || err != nil || len(usage.Data.Daily) != 30 {
+		t.Errorf("usage: %d %s", p.status, p.body)
+	}
+	if p := c.get("/user/api/data/nope"); p.status != http.StatusNotFound || !strings.Contains(p.body, `"RESOURCE_NOT_FOUND"`) {
+		t.Errorf("unknown data path: %d %s", p.status, p.body)
+	}
+}
+
+// The JSON endpoints are the ones openapi.json documents under /user/api.
+func TestDashboardDocumented(t *testing.T) {
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage
+	}
+	if err := json.Unmarshal(api.OpenAPI(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	var documented []string
+	for path, item := range doc.Paths {
+		if !strings.HasPrefix(path, "/user/api/") {
+			continue
+		}
+		for method := range item {
+			if method != "servers" && method != "parameters" {
+				documented = append(documented, strings.ToUpper(method)+" "+path)
+			}
+		}
+	}
+	served := []string{"GET /user/api/data/account", "GET /user/api/data/keys", "POST /user/api/data/keys", "POST /user/api/data/keys/{id}/revoke", "GET /user/api/data/usage"}
+	slices.Sort(documented)
+	slices.Sort(served)
+	if !slices.Equal(documented, served) {
+		t.Errorf("documented %v, served %v", documented, served)
+	}
+}

@@ -1,0 +1,354 @@
+package dashboard
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"coinpulse"
+)
+
+// The JSON endpoints under /user/api/data answer in the API's envelope:
+// {"success": true, "data": …, "meta": {…}} or {"success": false,
+// "error": {"code", "message", "details"}, "meta": {…}}. They take the
+// session cookie; POSTs also need the session's CSRF token in the
+// X-CSRF-Token header (pages carry it in <meta name="csrf-token">).
+
+type jsonMeta struct {
+	Timestamp string `json:"timestamp"`
+	RequestID string `json:"request_id,omitempty"`
+}
+
+type jsonError struct {
+	Code    coinpulse.Code         `json:"code"`
+	Message string                 `json:"message"`
+	Details []coinpulse.FieldError `json:"details,omitempty"`
+}
+
+func (d *Dashboard) meta(w http.ResponseWriter) jsonMeta {
+	return jsonMeta{Timestamp: d.now().Format("2006-01-02T15:04:05.000Z"), RequestID: w.Header().Get("X-Request-Id")}
+}
+
+func (d *Dashboard) writeJSON(w http.ResponseWriter, status int, body any) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		d.log.Error("dashboard: encode", "err", err)
+		status, b = http.StatusInternalServerError, []byte(`{"success":false,"error":{"code":"SERVER_ERROR","message":"An internal error occurred."}}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+func (d *Dashboard) jsonData(w http.ResponseWriter, status int, data any) {
+	d.writeJSON(w, status, struct {
+		Success bool     `json:"success"`
+		Data    any      `json:"data"`
+		Meta    jsonMeta `json:"meta"`
+	}{true, data, d.meta(w)})
+}
+
+// statusOf maps an error code to its HTTP status, as the API does.
+func statusOf(c coinpulse.Code) int {
+	switch c {
+	case coinpulse.CodeInvalidAPIKey:
+		return http.StatusUnauthorized
+	case coinpulse.CodePermissionDenied, coinpulse.CodeKeyLimitReached, coinpulse.CodeExpiredSubscription:
+		return http.StatusForbidden
+	case coinpulse.CodeNotFound:
+		return http.StatusNotFound
+	case coinpulse.CodeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	case coinpulse.CodeConflict:
+		return http.StatusConflict
+	case coinpulse.CodePayloadTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case coinpulse.CodeValidation:
+		return http.StatusUnprocessableEntity
+	case coinpulse.CodeRateLimitExceeded:
+		return http.StatusTooManyRequests
+	case coinpulse.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+func (d *Dashboard) jsonError(w http.ResponseWriter, err error) {
+	code := coinpulse.ErrorCode(err)
+	e := jsonError{Code: code, Message: coinpulse.ErrorMessage(err)}
+	var ce *coinpulse.Error
+	if errors.As(err, &ce) {
+		e.Details = ce.Details
+	}
+	if code == coinpulse.CodeServerError {
+		d.log.Error("dashboard", "err", err, "request_id", w.Header().Get("X-Request-Id"))
+		e.Message = "An internal error occurred; quote request id " + w.Header().Get("X-Request-Id") + " if you contact support."
+	}
+	d.writeJSON(w, statusOf(code), struct {
+		Success bool      `json:"success"`
+		Error   jsonError `json:"error"`
+		Meta    jsonMeta  `json:"meta"`
+	}{false, e, d.meta(w)})
+}
+
+// dataAuth authenticates a JSON request (and, for a POST, its
+// X-CSRF-Token), answering the error itself when it fails.
+func (d *Dashboard) dataAuth(w http.ResponseWriter, r *http.Request) *auth {
+	a, err := d.authenticate(r)
+	if errors.Is(err, errNoSession) {
+		d.jsonError(w, coinpulse.Errorf(coinpulse.CodeInvalidAPIKey, "No valid session: log in at /user/api/login and send the session cookie."))
+		return nil
+	}
+	if err != nil {
+		d.jsonError(w, err)
+		return nil
+	}
+	if r.Method == http.MethodPost && !tokensEqual(r.Header.Get("X-CSRF-Token"), a.session.CSRF) {
+		d.jsonError(w, coinpulse.Errorf(coinpulse.CodePermissionDenied, "Missing or wrong X-CSRF-Token header: send the csrf-token of a dashboard page."))
+		return nil
+	}
+	return a
+}
+
+// userJSON is the account holder.
+type userJSON struct {
+	ID            int64          `json:"id"`
+	Email         string         `json:"email"`
+	Tier          coinpulse.Tier `json:"tier"`
+	TierExpiresAt *time.Time     `json:"tier_expires_at"`
+	CreatedAt     time.Time      `json:"created_at"`
+}
+
+// planJSON is a plan; null figures are unlimited.
+type planJSON struct {
+	Tier            coinpulse.Tier      `json:"tier"`
+	MonthlyCalls    *int64              `json:"monthly_calls"`
+	PerMinute       int                 `json:"per_minute"`
+	PerSecond       int                 `json:"per_second"`
+	Endpoints       coinpulse.Endpoints `json:"endpoints"`
+	Webhooks        bool                `json:"webhooks"`
+	MaxPortfolios   *int64              `json:"max_portfolios"`
+	MaxActiveAlerts *int64              `json:"max_active_alerts"`
+}
+
+func limited(n int64) *int64 {
+	if n == coinpulse.Unlimited {
+		return nil
+	}
+	return &n
+}
+
+func (d *Dashboard) dataAccount(w http.ResponseWriter, r *http.Request) {
+	a := d.dataAuth(w, r)
+	if a == nil {
+		return
+	}
+	u, p := a.user, d.plans[a.user.Tier]
+	var billing *string
+	if d.billingURL != "" {
+		billing = &d.billingURL
+	}
+	d.jsonData(w, http.StatusOK, map[string]any{
+		"user": userJSON{ID: u.ID, Email: u.Email, Tier: u.Tier, TierExpiresAt: u.TierExpiresAt, CreatedAt: u.CreatedAt},
+		"plan": planJSON{Tier: p.Tier, MonthlyCalls: limited(p.MonthlyCalls), PerMinute: p.PerMinute, PerSecond: p.PerSecond,
+			Endpoints: p.Endpoints, Webhooks: p.Webhooks, MaxPortfolios: limited(int64(p.MaxPortfolios)), MaxActiveAlerts: limited(int64(p.MaxActiveAlerts))},
+		"subscription_expired": u.SubscriptionExpired(d.now()),
+		"billing_url":          billing,
+	})
+}
+
+// keyJSON is a key as listed; APIKey is set only in the answer that
+// creates it.
+type keyJSON struct {
+	ID          int64          `json:"id"`
+	Name        string         `json:"name"`
+	Key         string         `json:"key"`
+	Mode        coinpulse.Mode `json:"mode"`
+	Permissions []string       `json:"permissions"`
+	Active      bool           `json:"active"`
+	CreatedAt   time.Time      `json:"created_at"`
+	LastUsedAt  *time.Time     `json:"last_used_at"`
+	ExpiresAt   *time.Time     `json:"expires_at"`
+	RevokedAt   *time.Time     `json:"revoked_at"`
+	APIKey      string         `json:"api_key,omitempty"`
+}
+
+func keyOf(k *coinpulse.APIKey, now time.Time) keyJSON {
+	return keyJSON{ID: k.ID, Name: k.Name, Key: k.Display(), Mode: k.Mode, Permissions: k.Permissions.List(), Active: k.Active(now),
+		CreatedAt: k.CreatedAt, LastUsedAt: k.LastUsedAt, ExpiresAt: k.ExpiresAt, RevokedAt: k.RevokedAt}
+}
+
+func (d *Dashboard) dataKeys(w http.ResponseWriter, r *http.Request) {
+	a := d.dataAuth(w, r)
+	if a == nil {
+		return
+	}
+	keys, err := d.store.KeysByUser(r.Context(), a.user.ID)
+	if err != nil {
+		d.jsonError(w, err)
+		return
+	}
+	now := d.now()
+	out := make([]keyJSON, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, keyOf(k, now))
+	}
+	d.jsonData(w, http.StatusOK, out)
+}
+
+func (d *Dashboard) dataCreateKey(w http.ResponseWriter, r *http.Request) {
+	a := d.dataAuth(w, r)
+	if a == nil {
+		return
+	}
+	var body struct {
+		Name        string   `json:"name"`
+		Mode        string   `json:"mode"`
+		Permissions []string `json:"permissions"`
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil || dec.More() {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			d.jsonError(w, coinpulse.Errorf(coinpulse.CodePayloadTooLarge, "The request body is over %d bytes.", maxBody))
+			return
+		}
+		d.jsonError(w, coinpulse.Errorf(coinpulse.CodeValidation, "The body must be one JSON object {\"name\", \"mode\", \"permissions\"}."))
+		return
+	}
+	req, err := validateKey(body.Name, body.Mode, body.Permissions)
+	if err != nil {
+		d.jsonError(w, err)
+		return
+	}
+	plain, k, err := d.issueKey(r, a.user, req)
+	if err != nil {
+		d.jsonError(w, err)
+		return
+	}
+	out := keyOf(k, d.now())
+	out.APIKey = plain
+	d.jsonData(w, http.StatusCreated, out)
+}
+
+func (d *Dashboard) dataRevoke(w http.ResponseWriter, r *http.Request) {
+	a := d.dataAuth(w, r)
+	if a == nil {
+		return
+	}
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		d.jsonError(w, coinpulse.ErrKeyNotFound())
+		return
+	}
+	now := d.now()
+	if err := d.store.RevokeKey(r.Context(), a.user.ID, id, now); err != nil {
+		d.jsonError(w, err)
+		return
+	}
+	keys, err := d.store.KeysByUser(r.Context(), a.user.ID)
+	if err != nil {
+		d.jsonError(w, err)
+		return
+	}
+	for _, k := range keys {
+		if k.ID == id {
+			d.jsonData(w, http.StatusOK, keyOf(k, now))
+			return
+		}
+	}
+	d.jsonError(w, coinpulse.ErrKeyNotFound())
+}
+
+type dayJSON struct {
+	Date  string   `json:"date"`
+	Calls int64    `json:"calls"`
+	P50MS *float64 `json:"p50_ms"`
+	P95MS *float64 `json:"p95_ms"`
+}
+
+type keyStatJSON struct {
+	KeyID     int64          `json:"key_id"`
+	Name      string         `json:"name"`
+	Key       string         `json:"key"`
+	Mode      coinpulse.Mode `json:"mode"`
+	Revoked   bool           `json:"revoked"`
+	Calls     int64          `json:"calls"`
+	LastCall  *time.Time     `json:"last_call"`
+	Recent    int            `json:"recent_calls"`
+	Errors    int            `json:"recent_errors"`
+	ErrorRate *float64       `json:"recent_error_rate"`
+	P50MS     *float64       `json:"recent_p50_ms"`
+	P95MS     *float64       `json:"recent_p95_ms"`
+}
+
+type callJSON struct {
+	Time       time.Time      `json:"time"`
+	KeyID      int64          `json:"key_id"`
+	Mode       coinpulse.Mode `json:"mode"`
+	Method     string         `json:"method"`
+	Route      string         `json:"route"`
+	Status     int            `json:"status"`
+	DurationMS float64        `json:"duration_ms"`
+	RequestID  string         `json:"request_id"`
+}
+
+func msPtr(d time.Duration) *float64 {
+	if d <= 0 {
+		return nil
+	}
+	v := float64(d.Microseconds()) / 1000
+	return &v
+}
+
+func (d *Dashboard) dataUsage(w http.ResponseWriter, r *http.Request) {
+	a := d.dataAuth(w, r)
+	if a == nil {
+		return
+	}
+	acc, err := d.load(r.Context(), a.user)
+	if err != nil {
+		d.jsonError(w, err)
+		return
+	}
+	u := acc.usage
+	var limit *int64
+	if acc.plan.Endpoints == coinpulse.EndpointsNone {
+		limit = new(int64)
+	} else {
+		limit = limited(acc.plan.MonthlyCalls)
+	}
+	days := make([]dayJSON, len(u.Daily))
+	for i, dd := range u.Daily {
+		days[i] = dayJSON{Date: dd.Day.Format("2006-01-02"), Calls: dd.Calls, P50MS: msPtr(dd.P50), P95MS: msPtr(dd.P95)}
+	}
+	stats := make([]keyStatJSON, 0, len(acc.stats))
+	for _, s := range acc.stats {
+		ks := keyStatJSON{KeyID: s.id, Name: s.name, Key: s.display, Mode: s.mode, Revoked: s.state == "revoked", Calls: s.total,
+			LastCall: s.lastCallTime, Recent: s.recent, Errors: s.errors, P50MS: msPtr(s.p50), P95MS: msPtr(s.p95)}
+		if s.recent > 0 {
+			rate := float64(s.errors) / float64(s.recent)
+			ks.ErrorRate = &rate
+		}
+		stats = append(stats, ks)
+	}
+	recent := make([]callJSON, len(u.Recent))
+	for i, c := range u.Recent {
+		recent[i] = callJSON{Time: c.Time, KeyID: c.KeyID, Mode: c.Mode, Method: c.Method, Route: c.Route, Status: c.Status,
+			DurationMS: float64(c.Duration.Microseconds()) / 1000, RequestID: c.RequestID}
+	}
+	d.jsonData(w, http.StatusOK, map[string]any{
+		"month_calls":      u.MonthCalls,
+		"monthly_limit":    limit,
+		"remaining":        remaining(acc.plan, u.MonthCalls),
+		"daily":            days,
+		"response_time_ms": map[string]*float64{"p50": msPtr(u.P50), "p95": msPtr(u.P95), "p99": msPtr(u.P99)},
+		"keys":             stats,
+		"recent":           recent,
+	})
+}

@@ -1,0 +1,412 @@
+package dashboard
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"coinpulse"
+)
+
+// dashView is the dashboard page's content.
+type dashView struct {
+	Tier    string
+	Expires string
+	Expired bool
+	Plan    planView
+	// Free accounts see the upgrade prompt, linking to UpgradeURL.
+	Free       bool
+	UpgradeURL string
+	// Billing is true when UpgradeURL is the operator's billing page, not
+	// the documentation.
+	Billing bool
+
+	Keys    []keyView
+	Active  int
+	Max     int
+	AtLimit bool
+	Form    keyForm
+
+	MonthCalls string
+	Allowance  string
+	Left       string
+	Recent     []callView
+	KeyStats   []keyStatView
+	Chart      dailyChart
+	Latency    latencyView
+}
+
+// planView is a plan's figures, worded.
+type planView struct {
+	MonthlyCalls, PerMinute, PerSecond, Endpoints, Webhooks, Portfolios, Alerts string
+}
+
+// keyView is one key in a listing.
+type keyView struct {
+	ID          int64
+	Name        string
+	Display     string
+	Mode        string
+	Permissions string
+	Created     string
+	LastUsed    string
+	Expires     string
+	State       string // active, expired or revoked
+}
+
+// callView is one recent call.
+type callView struct {
+	Time, Key, Method, Path, Duration, RequestID string
+	Status                                       int
+	Error                                        bool
+}
+
+// keyStatView is one key's usage figures.
+type keyStatView struct {
+	Name, Display, State          string
+	Today, Month, Total           string
+	Recent                        int
+	ErrorRate, P50, P95, LastCall string
+}
+
+// latencyView are the response-time figures and their chart.
+type latencyView struct {
+	P50, P95, P99 string
+	Chart         latencyChart
+}
+
+func formatInt(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+func figure(n int64, zero string) string {
+	switch n {
+	case coinpulse.Unlimited:
+		return "unlimited"
+	case 0:
+		return zero
+	}
+	return formatInt(n)
+}
+
+func formatDuration(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "–"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%d µs", d.Microseconds())
+	case d < time.Second:
+		return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000)
+	}
+	return fmt.Sprintf("%.2f s", d.Seconds())
+}
+
+func planOf(p coinpulse.Plan) planView {
+	v := planView{
+		MonthlyCalls: figure(p.MonthlyCalls, "none"),
+		PerMinute:    formatInt(int64(p.PerMinute)),
+		PerSecond:    formatInt(int64(p.PerSecond)),
+		Webhooks:     "no",
+		Portfolios:   figure(int64(p.MaxPortfolios), "none"),
+		Alerts:       figure(int64(p.MaxActiveAlerts), "none"),
+	}
+	switch p.Endpoints {
+	case coinpulse.EndpointsNone:
+		v.Endpoints, v.MonthlyCalls = "no API access (only /usage)", "none"
+	case coinpulse.EndpointsBasic:
+		v.Endpoints = "basic: markets, search, global, coin details, usage"
+	default:
+		v.Endpoints = "all endpoints"
+	}
+	if p.Webhooks {
+		v.Webhooks = "yes"
+	}
+	return v
+}
+
+func (d *Dashboard) keyView(k *coinpulse.APIKey, now time.Time) keyView {
+	v := keyView{
+		ID: k.ID, Name: k.Name, Display: k.Display(), Mode: string(k.Mode), Permissions: k.Permissions.String(),
+		Created: k.CreatedAt.UTC().Format("2006-01-02 15:04 UTC"), LastUsed: "never", Expires: "never", State: "active",
+	}
+	if k.LastUsedAt != nil {
+		v.LastUsed = k.LastUsedAt.UTC().Format("2006-01-02 15:04 UTC")
+	}
+	if k.ExpiresAt != nil {
+		v.Expires = k.ExpiresAt.UTC().Format("2006-01-02 15:04 UTC")
+	}
+	switch {
+	case k.RevokedAt != nil:
+		v.State = "revoked"
+	case !k.Active(now):
+		v.State = "expired"
+	}
+	return v
+}
+
+// remaining is what is left of the plan's monthly allowance: nil when
+// unlimited.
+func remaining(p coinpulse.Plan, used int64) *int64 {
+	limit := p.MonthlyCalls
+	if p.Endpoints == coinpulse.EndpointsNone {
+		limit = 0
+	}
+	if limit == coinpulse.Unlimited {
+		return nil
+	}
+	left := max(0, limit-used)
+	return &left
+}
+
+// accountData is everything the dashboard shows, read once.
+type accountData struct {
+	now   time.Time
+	plan  coinpulse.Plan
+	keys  []*coinpulse.APIKey
+	usage *coinpulse.Usage
+	stats []keyStat
+}
+
+func (d *Dashboard) load(ctx context.Context, u *coinpulse.User) (*accountData, error) {
+	a := &accountData{now: d.now(), plan: d.plans[u.Tier]}
+	var err error
+	if a.keys, err = d.store.KeysByUser(ctx, u.ID); err != nil {
+		return nil, err
+	}
+	if a.usage, err = d.store.Usage(ctx, u.ID, a.now); err != nil {
+		return nil, err
+	}
+	a.stats = keyStats(a.keys, a.usage)
+	return a, nil
+}
+
+func (d *Dashboard) dashboard(ctx context.Context, u *coinpulse.User, form keyForm) (*dashView, error) {
+	a, err := d.load(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	v := &dashView{
+		Tier: string(u.Tier), Expires: "never", Expired: u.SubscriptionExpired(a.now), Plan: planOf(a.plan),
+		Free: u.Tier == coinpulse.TierFree, Max: coinpulse.MaxActiveKeys, Form: form,
+		MonthCalls: formatInt(a.usage.MonthCalls), Allowance: figure(a.plan.MonthlyCalls, "none"),
+	}
+	if u.TierExpiresAt != nil {
+		v.Expires = u.TierExpiresAt.UTC().Format("2006-01-02 15:04 UTC")
+	}
+	if a.plan.Endpoints == coinpulse.EndpointsNone {
+		v.Allowance = "none"
+	}
+	v.UpgradeURL, v.Billing = "/docs", false
+	if d.billingURL != "" {
+		v.UpgradeURL, v.Billing = d.billingURL, true
+	}
+	if left := remaining(a.plan, a.usage.MonthCalls); left != nil {
+		v.Left = formatInt(*left)
+	} else {
+		v.Left = "unlimited"
+	}
+	names := map[int64]string{}
+	for _, k := range a.keys {
+		names[k.ID] = k.Name + " (" + k.Display() + ")"
+		if k.RevokedAt != nil {
+			continue
+		}
+		kv := d.keyView(k, a.now)
+		if kv.State == "active" {
+			v.Active++
+		}
+		v.Keys = append(v.Keys, kv)
+	}
+	v.AtLimit = v.Active >= coinpulse.MaxActiveKeys
+	for _, c := range a.usage.Recent {
+		name, ok := names[c.KeyID]
+		if !ok {
+			name = fmt.Sprintf("key #%d", c.KeyID)
+		}
+		v.Recent = append(v.Recent, callView{
+			Time: c.Time.UTC().Format("2006-01-02 15:04:05"), Key: name, Method: c.Method, Path: c.Route,
+			Status: c.Status, Error: c.Status >= 400, Duration: formatDuration(c.Duration), RequestID: c.RequestID,
+		})
+	}
+	for _, s := range a.stats {
+		v.KeyStats = append(v.KeyStats, keyStatView{
+			Name: s.name, Display: s.display, State: s.state,
+			Today: "–", Month: "–", Total: formatInt(s.total), Recent: s.recent,
+			ErrorRate: s.errorRate(), P50: formatDuration(s.p50), P95: formatDuration(s.p95), LastCall: s.lastCall,
+		})
+	}
+	v.Chart = newDailyChart(a.usage.Daily)
+	v.Latency = latencyView{P50: formatDuration(a.usage.P50), P95: formatDuration(a.usage.P95), P99: formatDuration(a.usage.P99),
+		Chart: newLatencyChart(a.usage.Daily)}
+	return v, nil
+}
+
+// keyStat is one key's figures: its total of metered calls, and error
+// rate and percentiles over its calls among the account's recent ones.
+type keyStat struct {
+	id                   int64
+	name, display, state string
+	mode                 coinpulse.Mode
+	total                int64
+	lastCall             string
+	lastCallTime         *time.Time
+	recent, errors       int
+	p50, p95             time.Duration
+}
+
+func (s keyStat) errorRate() string {
+	if s.recent == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f %%", 100*float64(s.errors)/float64(s.recent))
+}
+
+// keyStats computes per-key figures from what metering keeps: every key
+// the account holds or held that has calls, and every unrevoked key.
+func keyStats(keys []*coinpulse.APIKey, u *coinpulse.Usage) []keyStat {
+	totals := map[int64]coinpulse.KeyUsage{}
+	for _, k := range u.Keys {
+		totals[k.KeyID] = k
+	}
+	durs := map[int64][]time.Duration{}
+	errs := map[int64]int{}
+	for _, c := range u.Recent {
+		durs[c.KeyID] = append(durs[c.KeyID], c.Duration)
+		if c.Status >= 400 {
+			errs[c.KeyID]++
+		}
+	}
+	var out []keyStat
+	for _, k := range keys {
+		t, used := totals[k.ID]
+		if k.RevokedAt != nil && !used {
+			continue
+		}
+		s := keyStat{id: k.ID, name: k.Name, display: k.Display(), mode: k.Mode, state: "active", total: t.Calls, lastCall: "never",
+			recent: len(durs[k.ID]), errors: errs[k.ID]}
+		if k.RevokedAt != nil {
+			s.state = "revoked"
+		}
+		if used {
+			lc := t.LastCall
+			s.lastCallTime = &lc
+			s.lastCall = lc.UTC().Format("2006-01-02 15:04 UTC")
+		}
+		ds := durs[k.ID]
+		slices.Sort(ds)
+		s.p50, s.p95 = nearestRank(ds, 0.50), nearestRank(ds, 0.95)
+		out = append(out, s)
+	}
+	return out
+}
+
+// nearestRank is the q-quantile of sorted durations (zero when none).
+func nearestRank(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted))+0.999999999) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+// dailyChart is the SVG of calls per day.
+type dailyChart struct {
+	Width, Height int
+	Bars          []bar
+	Max           string
+	First, Last   string
+}
+
+type bar struct {
+	X, Y, W, H int
+	Title      string
+}
+
+const (
+	chartWidth  = 600
+	chartHeight = 180
+	chartTop    = 20
+	chartBottom = 160
+)
+
+func newDailyChart(days []coinpulse.DayUsage) dailyChart {
+	c := dailyChart{Width: chartWidth, Height: chartHeight}
+	var peak int64 = 1
+	for _, d := range days {
+		peak = max(peak, d.Calls)
+	}
+	c.Max = formatInt(peak)
+	step := chartWidth / max(len(days), 1)
+	for i, d := range days {
+		h := int(d.Calls * (chartBottom - chartTop) / peak)
+		h = max(h, 1) // a baseline for empty days
+		unit := "calls"
+		if d.Calls == 1 {
+			unit = "call"
+		}
+		c.Bars = append(c.Bars, bar{X: i*step + 2, Y: chartBottom - h, W: step - 4, H: h,
+			Title: fmt.Sprintf("%s: %s %s", d.Day.Format("2006-01-02"), formatInt(d.Calls), unit)})
+	}
+	if len(days) > 0 {
+		c.First, c.Last = days[0].Day.Format("2006-01-02"), days[len(days)-1].Day.Format("2006-01-02")
+	}
+	return c
+}
+
+// latencyChart is the SVG of each day's p50 and p95 response times.
+type latencyChart struct {
+	Width, Height int
+	P50, P95      string // polyline points
+	Points        []latencyPoint
+	Max           string
+	Empty         bool
+}
+
+type latencyPoint struct {
+	X, Y50, Y95 int
+	Title       string
+}
+
+func newLatencyChart(days []coinpulse.DayUsage) latencyChart {
+	c := latencyChart{Width: chartWidth, Height: chartHeight, Empty: true}
+	var peak time.Duration
+	for _, d := range days {
+		peak = max(peak, d.P95)
+	}
+	if peak == 0 {
+		return c
+	}
+	c.Empty = false
+	c.Max = formatDuration(peak)
+	step := chartWidth / max(len(days), 1)
+	var p50, p95 []string
+	for i, d := range days {
+		if d.P95 == 0 {
+			continue
+		}
+		x := i*step + step/2
+		y := func(v time.Duration) int { return chartBottom - int(int64(v)*(chartBottom-chartTop)/int64(peak)) }
+		p50 = append(p50, fmt.Sprintf("%d,%d", x, y(d.P50)))
+		p95 = append(p95, fmt.Sprintf("%d,%d", x, y(d.P95)))
+		c.Points = append(c.Points, latencyPoint{X: x, Y50: y(d.P50), Y95: y(d.P95),
+			Title: fmt.Sprintf("%s: p50 %s, p95 %s", d.Day.Format("2006-01-02"), formatDuration(d.P50), formatDuration(d.P95))})
+	}
+	c.P50, c.P95 = strings.Join(p50, " "), strings.Join(p95, " ")
+	return c
+}

@@ -1,0 +1,23 @@
+-- Dashboard sessions and login throttling.
+
+-- A logged-in browser. id is the hex SHA-256 of the token the browser
+-- holds in its cookie: the token itself is never stored. csrf is the token
+-- every state-changing request of the session must carry.
+CREATE TABLE sessions (
+    id         TEXT        PRIMARY KEY,
+    user_id    BIGINT      NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+    csrf       TEXT        NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL
+);
+
+CREATE INDEX sessions_expires_at_idx ON sessions (expires_at);
+CREATE INDEX sessions_user_id_idx ON sessions (user_id);
+
+-- Failed logins per key ("email:<lower e-mail>" or "ip:<address>") in a
+-- fixed window that starts at window_start.
+CREATE TABLE login_throttle (
+    key          TEXT        PRIMARY KEY,
+    failures     INTEGER     NOT NULL,
+    window_start TIMESTAMPTZ NOT NULL
+);
