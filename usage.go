@@ -21,11 +21,31 @@ type Call struct {
 	Counted bool
 }
 
-// KeyUsage is one key's call count.
+// KeyUsage is one key's metered calls: every call of the key, counted or
+// not (live and sandbox, /usage and 5xx answers included).
 type KeyUsage struct {
-	KeyID    int64
+	KeyID int64
+	// Calls is the key's all-time total, LastCall its latest call.
 	Calls    int64
 	LastCall time.Time
+	// CallsToday and CallsMonth are the key's calls on the UTC day and in
+	// the UTC calendar month of Usage's now.
+	CallsToday, CallsMonth int64
+	// ErrorsMonth are the month's calls answered with a status of 400 or
+	// above (4xx and 5xx): see ErrorRate.
+	ErrorsMonth int64
+	// P50 and P95 are response-time percentiles of the month's calls (zero
+	// when there were none), at the resolution of the daily histograms.
+	P50, P95 time.Duration
+}
+
+// ErrorRate returns the share of the month's calls that were errors,
+// ErrorsMonth / CallsMonth, from 0 to 1 (0 when there were no calls).
+func (k KeyUsage) ErrorRate() float64 {
+	if k.CallsMonth <= 0 {
+		return 0
+	}
+	return float64(k.ErrorsMonth) / float64(k.CallsMonth)
 }
 
 // DayUsage is one UTC day's counted calls.
@@ -43,7 +63,8 @@ type Usage struct {
 	MonthCalls int64
 	// Recent are the account's last 50 calls, newest first.
 	Recent []Call
-	// Keys are per-key totals of all metered calls, by key id.
+	// Keys are per-key figures of all metered calls, by key id: all-time
+	// totals, and today's and this month's calls, errors and percentiles.
 	Keys []KeyUsage
 	// Daily are the last 30 UTC days' counted calls, oldest first, days
 	// without calls included.

@@ -761,3 +761,143 @@ func TestDashboardDocumented(t *testing.T) {
 		t.Errorf("documented %v, served %v", documented, served)
 	}
 }
+
+// TestKeyStats checks #key-stats and the keys of /user/api/data/usage
+// against a known set of recorded calls: calls today and this month (UTC),
+// the month's error rate (status 400 and above) and its p50 and p95, which
+// are the upper edges of the store's √2 buckets (1 ms is reported as
+// 1.131 ms, 100 ms as 102.4 ms, 300 µs as 400 µs).
+func TestKeyStats(t *testing.T) {
+	e := newEnv(t, "")
+	e.mu.Lock()
+	e.now = time.Date(2025, 3, 14, 15, 9, 26, 0, time.UTC)
+	e.mu.Unlock()
+	c := e.client()
+	wantRedirect(t, c.signup("stats@example.com", pw), "/user/api")
+	ctx := context.Background()
+	u, err := e.store.UserByEmail(ctx, "stats@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newKey := func(name string) *coinpulse.APIKey {
+		_, k, err := coinpulse.NewAPIKey(u.ID, name, coinpulse.ModeLive, coinpulse.Permissions{Read: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		k.CreatedAt = time.Date(2025, 2, 1, 0, 0, 0, 0, time.UTC)
+		if err := e.store.CreateKey(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	alpha, beta, gamma, old := newKey("alpha"), newKey("beta"), newKey("gamma"), newKey("old")
+	var calls []coinpulse.Call
+	add := func(k *coinpulse.APIKey, n int, at time.Time, d func(i int) time.Duration, status func(i int) int) {
+		for i := range n {
+			calls = append(calls, coinpulse.Call{UserID: u.ID, KeyID: k.ID, Mode: k.Mode, Time: at.Add(time.Duration(i) * time.Second),
+				Method: "GET", Route: "/api/v1/markets", Status: status(i), Duration: d(i), RequestID: fmt.Sprintf("req-%d-%d", k.ID, len(calls)), Counted: true})
+		}
+	}
+	ms := func(int) time.Duration { return time.Millisecond }
+	ok := func(int) int { return 200 }
+	// alpha: 5 slow errors last month (in its total only), then 100 calls
+	// this month, 60 of them today: 90 of 1 ms and 10 of 100 ms, 10 errors.
+	add(alpha, 5, time.Date(2025, 2, 28, 23, 59, 0, 0, time.UTC), func(int) time.Duration { return 10 * time.Second }, func(int) int { return 500 })
+	add(alpha, 40, time.Date(2025, 3, 13, 10, 0, 0, 0, time.UTC), ms, func(i int) int { return []int{404, 200}[min(i/4, 1)] })
+	add(alpha, 60, time.Date(2025, 3, 14, 9, 0, 0, 0, time.UTC), func(i int) time.Duration {
+		if i < 10 {
+			return 100 * time.Millisecond
+		}
+		return time.Millisecond
+	}, func(i int) int { return []int{503, 429, 200}[min(i/3, 2)] }) // 503 503 503 429 429 429 = 6 errors
+	// beta: 3 fast calls today, no error.
+	add(beta, 3, time.Date(2025, 3, 14, 15, 0, 0, 0, time.UTC), func(int) time.Duration { return 300 * time.Microsecond }, ok)
+	// old: calls last month only, then revoked: still listed.
+	add(old, 2, time.Date(2025, 2, 10, 12, 0, 0, 0, time.UTC), ms, ok)
+	if err := e.store.RecordCalls(ctx, calls); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.RevokeKey(ctx, u.ID, old.ID, e.clock()); err != nil {
+		t.Fatal(err)
+	}
+
+	p := c.get("/user/api")
+	if p.status != http.StatusOK {
+		t.Fatalf("GET /user/api: %d", p.status)
+	}
+	table := regexp.MustCompile(`(?s)<table id="key-stats">.*?</table>`).FindString(p.body)
+	cells := func(k *coinpulse.APIKey) map[string]string {
+		t.Helper()
+		row := regexp.MustCompile(fmt.Sprintf(`(?s)<tr data-stat-key="%d">(.*?)</tr>`, k.ID)).FindStringSubmatch(table)
+		if row == nil {
+			t.Fatalf("#key-stats has no row for %s:\n%s", k.Name, table)
+		}
+		m := map[string]string{}
+		for _, c := range regexp.MustCompile(`<td class="stat-([a-z0-9-]+)">(.*?)</td>`).FindAllStringSubmatch(row[1], -1) {
+			m[c[1]] = c[2]
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		key  *coinpulse.APIKey
+		want map[string]string
+	}{
+		{alpha, map[string]string{"today": "60", "month": "100", "total": "105", "errors": "10.0 %", "p50": "1.1 ms", "p95": "102.4 ms",
+			"last-call": "2025-03-14 09:00 UTC"}},
+		{beta, map[string]string{"today": "3", "month": "3", "total": "3", "errors": "0.0 %", "p50": "400 µs", "p95": "400 µs"}},
+		{gamma, map[string]string{"today": "0", "month": "0", "total": "0", "errors": "–", "p50": "–", "p95": "–", "last-call": "never"}},
+		{old, map[string]string{"today": "0", "month": "0", "total": "2", "errors": "–", "p50": "–", "p95": "–"}},
+	} {
+		got := cells(tc.key)
+		for class, want := range tc.want {
+			if got[class] != want {
+				t.Errorf("%s: stat-%s = %q, want %q", tc.key.Name, class, got[class], want)
+			}
+		}
+	}
+	if n := strings.Count(table, "<tr data-stat-key="); n != 4 {
+		t.Errorf("#key-stats has %d rows, want 4", n)
+	}
+	if !strings.Contains(table, "(revoked)") {
+		t.Error("#key-stats does not mark the revoked key")
+	}
+	if !strings.Contains(p.body, "are over the key's calls this month") || strings.Contains(p.body, "50 most recent.</p>") {
+		t.Error("the #key-stats hint does not say the figures are this month's")
+	}
+
+	// The JSON behind it.
+	var usage struct {
+		Data struct {
+			Keys []struct {
+				KeyID     int64    `json:"key_id"`
+				Revoked   bool     `json:"revoked"`
+				Calls     int64    `json:"calls"`
+				Today     int64    `json:"calls_today"`
+				Month     int64    `json:"calls_month"`
+				Errors    int64    `json:"month_errors"`
+				ErrorRate *float64 `json:"month_error_rate"`
+				P50       *float64 `json:"month_p50_ms"`
+				P95       *float64 `json:"month_p95_ms"`
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(c.get("/user/api/data/usage").body), &usage); err != nil {
+		t.Fatal(err)
+	}
+	if len(usage.Data.Keys) != 4 {
+		t.Fatalf("data/usage: %d keys, want 4", len(usage.Data.Keys))
+	}
+	for _, k := range usage.Data.Keys {
+		switch k.KeyID {
+		case alpha.ID:
+			if k.Calls != 105 || k.Today != 60 || k.Month != 100 || k.Errors != 10 || k.ErrorRate == nil || *k.ErrorRate != 0.1 ||
+				k.P50 == nil || *k.P50 != 1.131 || k.P95 == nil || *k.P95 != 102.4 {
+				t.Errorf("data/usage alpha: %+v", k)
+			}
+		case gamma.ID, old.ID:
+			if k.Today != 0 || k.Month != 0 || k.ErrorRate != nil || k.P50 != nil || k.P95 != nil || k.Revoked != (k.KeyID == old.ID) {
+				t.Errorf("data/usage key %d: %+v, want no figures this month", k.KeyID, k)
+			}
+		}
+	}
+}

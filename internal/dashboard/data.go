@@ -272,6 +272,10 @@ type dayJSON struct {
 	P95MS *float64 `json:"p95_ms"`
 }
 
+// keyStatJSON is one key's figures: calls is its all-time total; today
+// and the month are UTC; errors (status 400 and above), the error rate
+// (null without calls this month) and the percentiles are over this
+// month's calls.
 type keyStatJSON struct {
 	KeyID     int64          `json:"key_id"`
 	Name      string         `json:"name"`
@@ -280,11 +284,12 @@ type keyStatJSON struct {
 	Revoked   bool           `json:"revoked"`
 	Calls     int64          `json:"calls"`
 	LastCall  *time.Time     `json:"last_call"`
-	Recent    int            `json:"recent_calls"`
-	Errors    int            `json:"recent_errors"`
-	ErrorRate *float64       `json:"recent_error_rate"`
-	P50MS     *float64       `json:"recent_p50_ms"`
-	P95MS     *float64       `json:"recent_p95_ms"`
+	Today     int64          `json:"calls_today"`
+	Month     int64          `json:"calls_month"`
+	Errors    int64          `json:"month_errors"`
+	ErrorRate *float64       `json:"month_error_rate"`
+	P50MS     *float64       `json:"month_p50_ms"`
+	P95MS     *float64       `json:"month_p95_ms"`
 }
 
 type callJSON struct {
@@ -329,10 +334,11 @@ func (d *Dashboard) dataUsage(w http.ResponseWriter, r *http.Request) {
 	}
 	stats := make([]keyStatJSON, 0, len(acc.stats))
 	for _, s := range acc.stats {
-		ks := keyStatJSON{KeyID: s.id, Name: s.name, Key: s.display, Mode: s.mode, Revoked: s.state == "revoked", Calls: s.total,
-			LastCall: s.lastCallTime, Recent: s.recent, Errors: s.errors, P50MS: msPtr(s.p50), P95MS: msPtr(s.p95)}
-		if s.recent > 0 {
-			rate := float64(s.errors) / float64(s.recent)
+		ku := s.usage
+		ks := keyStatJSON{KeyID: s.id, Name: s.name, Key: s.display, Mode: s.mode, Revoked: s.state == "revoked", Calls: ku.Calls,
+			LastCall: s.lastCallTime, Today: ku.CallsToday, Month: ku.CallsMonth, Errors: ku.ErrorsMonth, P50MS: msPtr(ku.P50), P95MS: msPtr(ku.P95)}
+		if ku.CallsMonth > 0 {
+			rate := ku.ErrorRate()
 			ks.ErrorRate = &rate
 		}
 		stats = append(stats, ks)

@@ -3,7 +3,6 @@ package dashboard
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -64,11 +63,12 @@ type callView struct {
 	Error                                        bool
 }
 
-// keyStatView is one key's usage figures.
+// keyStatView is one key's usage figures: calls today, this month and
+// all time, and the error rate and response times of this month's calls.
 type keyStatView struct {
+	ID                            int64
 	Name, Display, State          string
 	Today, Month, Total           string
-	Recent                        int
 	ErrorRate, P50, P95, LastCall string
 }
 
@@ -246,9 +246,9 @@ func (d *Dashboard) dashboard(ctx context.Context, u *coinpulse.User, form keyFo
 	}
 	for _, s := range a.stats {
 		v.KeyStats = append(v.KeyStats, keyStatView{
-			Name: s.name, Display: s.display, State: s.state,
-			Today: "–", Month: "–", Total: formatInt(s.total), Recent: s.recent,
-			ErrorRate: s.errorRate(), P50: formatDuration(s.p50), P95: formatDuration(s.p95), LastCall: s.lastCall,
+			ID: s.id, Name: s.name, Display: s.display, State: s.state,
+			Today: formatInt(s.usage.CallsToday), Month: formatInt(s.usage.CallsMonth), Total: formatInt(s.usage.Calls),
+			ErrorRate: s.errorRate(), P50: formatDuration(s.usage.P50), P95: formatDuration(s.usage.P95), LastCall: s.lastCall,
 		})
 	}
 	v.Chart = newDailyChart(a.usage.Daily)
@@ -257,72 +257,58 @@ func (d *Dashboard) dashboard(ctx context.Context, u *coinpulse.User, form keyFo
 	return v, nil
 }
 
-// keyStat is one key's figures: its total of metered calls, and error
-// rate and percentiles over its calls among the account's recent ones.
+// keyStat is one key's figures, as the store keeps them (see
+// coinpulse.KeyUsage): its all-time total and last call, its calls of
+// today and this month (UTC), and the error rate and percentiles of this
+// month's calls.
 type keyStat struct {
 	id                   int64
 	name, display, state string
 	mode                 coinpulse.Mode
-	total                int64
+	usage                coinpulse.KeyUsage // zero but for KeyID when it has no calls
 	lastCall             string
 	lastCallTime         *time.Time
-	recent, errors       int
-	p50, p95             time.Duration
 }
 
+// errorRate is the share of this month's calls answered 400 or above, as
+// a percentage ("–" without calls this month).
 func (s keyStat) errorRate() string {
-	if s.recent == 0 {
+	switch u := s.usage; {
+	case u.CallsMonth == 0:
 		return "–"
+	case u.ErrorsMonth > 0 && u.ErrorRate() < 0.001:
+		return "< 0.1 %"
+	default:
+		return fmt.Sprintf("%.1f %%", 100*u.ErrorRate())
 	}
-	return fmt.Sprintf("%.1f %%", 100*float64(s.errors)/float64(s.recent))
 }
 
-// keyStats computes per-key figures from what metering keeps: every key
-// the account holds or held that has calls, and every unrevoked key.
+// keyStats lists per-key figures from what metering keeps: every key the
+// account holds or held that has calls, and every unrevoked key.
 func keyStats(keys []*coinpulse.APIKey, u *coinpulse.Usage) []keyStat {
-	totals := map[int64]coinpulse.KeyUsage{}
+	usage := make(map[int64]coinpulse.KeyUsage, len(u.Keys))
 	for _, k := range u.Keys {
-		totals[k.KeyID] = k
-	}
-	durs := map[int64][]time.Duration{}
-	errs := map[int64]int{}
-	for _, c := range u.Recent {
-		durs[c.KeyID] = append(durs[c.KeyID], c.Duration)
-		if c.Status >= 400 {
-			errs[c.KeyID]++
-		}
+		usage[k.KeyID] = k
 	}
 	var out []keyStat
 	for _, k := range keys {
-		t, used := totals[k.ID]
+		ku, used := usage[k.ID]
 		if k.RevokedAt != nil && !used {
 			continue
 		}
-		s := keyStat{id: k.ID, name: k.Name, display: k.Display(), mode: k.Mode, state: "active", total: t.Calls, lastCall: "never",
-			recent: len(durs[k.ID]), errors: errs[k.ID]}
+		ku.KeyID = k.ID
+		s := keyStat{id: k.ID, name: k.Name, display: k.Display(), mode: k.Mode, state: "active", usage: ku, lastCall: "never"}
 		if k.RevokedAt != nil {
 			s.state = "revoked"
 		}
 		if used {
-			lc := t.LastCall
+			lc := ku.LastCall
 			s.lastCallTime = &lc
 			s.lastCall = lc.UTC().Format("2006-01-02 15:04 UTC")
 		}
-		ds := durs[k.ID]
-		slices.Sort(ds)
-		s.p50, s.p95 = nearestRank(ds, 0.50), nearestRank(ds, 0.95)
 		out = append(out, s)
 	}
 	return out
-}
-
-// nearestRank is the q-quantile of sorted durations (zero when none).
-func nearestRank(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(q*float64(len(sorted))+0.999999999) - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
 }
 
 // dailyChart is the SVG of calls per day.

@@ -12,7 +12,8 @@ import (
 	"coinpulse/internal/meter/rollup"
 )
 
-// histColumns lists usage_daily's latency bucket columns: "h00, …, h39".
+// histColumns lists the latency bucket columns of usage_daily and
+// key_usage_daily: "h00, …, h39".
 var histColumns = func() string {
 	cols := make([]string, rollup.Buckets)
 	for i := range cols {
@@ -34,15 +35,32 @@ var upsertDaysSQL = func() string {
 		ON CONFLICT (user_id, day) DO UPDATE SET calls = usage_daily.calls + excluded.calls` + set.String()
 }()
 
+// upsertKeyDaysSQL adds rows to key_usage_daily from arrays: $1 key ids,
+// $2 user ids, $3 days, $4 calls, $5 errors, then one array per latency
+// bucket.
+var upsertKeyDaysSQL = func() string {
+	var params, set strings.Builder
+	for i := range rollup.Buckets {
+		fmt.Fprintf(&params, ", $%d::integer[]", 6+i)
+		fmt.Fprintf(&set, ", h%02d = key_usage_daily.h%02d + excluded.h%02d", i, i, i)
+	}
+	return `INSERT INTO key_usage_daily (key_id, user_id, day, calls, errors, ` + histColumns + `)
+		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[], $4::bigint[], $5::bigint[]` + params.String() + `)
+		ON CONFLICT (key_id, day) DO UPDATE SET calls = key_usage_daily.calls + excluded.calls,
+			errors = key_usage_daily.errors + excluded.errors` + set.String()
+}()
+
 // RecordCalls stores a batch of calls in one transaction: it adds them to
-// their keys' totals and their users' days (counted calls to the day's
-// calls, every duration to its latency histogram), appends them to their
-// users' recent calls (keeping the 50 newest of each user, newest being
-// the last recorded), and drops days of those users older than 400 days
-// before the batch's newest day. Calls of users that do not exist are
-// left out. Times and durations are truncated to microseconds. Rows are
-// upserted in key and (user, day) order, so concurrent batches cannot
-// deadlock on them. It returns a VALIDATION_ERROR (and stores nothing)
+// their keys' totals, their users' days (counted calls to the day's calls,
+// every duration to its latency histogram) and their keys' days (every
+// call to the day's calls, 4xx and 5xx answers to its errors, every
+// duration to its histogram), appends them to their users' recent calls
+// (keeping the 50 newest of each user, newest being the last recorded),
+// and drops days (of users and of their keys) of those users older than
+// 400 days before the batch's newest day. Calls of users that do not
+// exist are left out. Times and durations are truncated to microseconds.
+// Rows are upserted in key, (user, day) and (key, day) order, so
+// concurrent batches cannot deadlock on them. It returns a VALIDATION_ERROR (and stores nothing)
 // when a call's mode is unknown, and the database's error otherwise.
 func (db *DB) RecordCalls(ctx context.Context, calls []coinpulse.Call) error {
 	if len(calls) == 0 {
@@ -138,8 +156,27 @@ func (db *DB) RecordCalls(ctx context.Context, calls []coinpulse.Call) error {
 		}
 		args[0], args[1], args[2] = dayUsers, days, dayCalls
 		batch.Queue(upsertDaysSQL, args...)
-		batch.Queue(`DELETE FROM usage_daily WHERE user_id = ANY($1) AND day < $2`,
-			b.Users, b.Newest.AddDate(0, 0, -rollup.RetainDays+1))
+
+		args = make([]any, 5+rollup.Buckets)
+		nk := len(b.KeyDays)
+		kdKeys, kdUsers, kdDays, kdCalls, kdErrors := make([]int64, nk), make([]int64, nk), make([]time.Time, nk), make([]int64, nk), make([]int64, nk)
+		for j := range hist {
+			hist[j] = make([]int64, nk)
+			args[5+j] = hist[j]
+		}
+		for i := range b.KeyDays {
+			d := &b.KeyDays[i]
+			kdKeys[i], kdUsers[i], kdDays[i], kdCalls[i], kdErrors[i] = d.KeyID, d.UserID, d.Day, d.Calls, d.Errors
+			for j, c := range d.Latency {
+				hist[j][i] = c
+			}
+		}
+		args[0], args[1], args[2], args[3], args[4] = kdKeys, kdUsers, kdDays, kdCalls, kdErrors
+		batch.Queue(upsertKeyDaysSQL, args...)
+
+		cutoff := b.Newest.AddDate(0, 0, -rollup.RetainDays+1)
+		batch.Queue(`DELETE FROM usage_daily WHERE user_id = ANY($1) AND day < $2`, b.Users, cutoff)
+		batch.Queue(`DELETE FROM key_usage_daily WHERE user_id = ANY($1) AND day < $2`, b.Users, cutoff)
 		return tx.SendBatch(ctx, &batch).Close()
 	})
 	if err != nil {
@@ -211,8 +248,27 @@ func (db *DB) Usage(ctx context.Context, userID int64, now time.Time) (*coinpuls
 			})
 			return err
 		})
+	var keyDays []rollup.KeyDay
+	from, to := rollup.KeyMonth(now)
+	batch.Queue(`SELECT key_id, day, calls, errors, `+histColumns+` FROM key_usage_daily WHERE user_id = $1 AND day >= $2 AND day < $3`,
+		userID, from, to).
+		Query(func(rows pgx.Rows) error {
+			d := rollup.KeyDay{UserID: userID}
+			dest := make([]any, 4+rollup.Buckets)
+			dest[0], dest[1], dest[2], dest[3] = &d.KeyID, &d.Day, &d.Calls, &d.Errors
+			for i := range d.Latency {
+				dest[4+i] = &d.Latency[i]
+			}
+			_, err := pgx.ForEachRow(rows, dest, func() error {
+				day := d
+				day.Day = day.Day.UTC()
+				keyDays = append(keyDays, day)
+				return nil
+			})
+			return err
+		})
 	if err := db.pool.SendBatch(ctx, &batch).Close(); err != nil {
 		return nil, fmt.Errorf("postgres: usage: %w", err)
 	}
-	return rollup.Result(now, recent, keys, days), nil
+	return rollup.Result(now, recent, keys, days, keyDays), nil
 }

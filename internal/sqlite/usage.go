@@ -13,7 +13,8 @@ import (
 	"coinpulse/internal/meter/rollup"
 )
 
-// histColumns lists usage_daily's latency bucket columns: "h00, …, h39".
+// histColumns lists the latency bucket columns of usage_daily and
+// key_usage_daily: "h00, …, h39".
 var histColumns = func() string {
 	cols := make([]string, rollup.Buckets)
 	for i := range cols {
@@ -38,65 +39,89 @@ var (
 		cols: 4,
 		rows: 100,
 	}
-	upsertDays = func() rowsStatement {
-		var set strings.Builder
-		set.WriteString(" ON CONFLICT (user_id, day) DO UPDATE SET calls = calls + excluded.calls")
-		for i := range rollup.Buckets {
-			fmt.Fprintf(&set, ", h%02d = h%02d + excluded.h%02d", i, i, i)
-		}
-		return rowsStatement{
-			head: `INSERT INTO usage_daily (user_id, day, calls, ` + histColumns + `) VALUES `,
-			tail: set.String(),
-			cols: 3 + rollup.Buckets,
-			rows: 20,
-		}
-	}()
+	// usage_daily rows: calls add up, as does each latency bucket.
+	upsertDays = newHistUpsert("usage_daily", "user_id, day", []string{"user_id", "day", "calls"}, []string{"calls"})
+	// key_usage_daily rows, likewise.
+	upsertKeyDays = newHistUpsert("key_usage_daily", "key_id, day",
+		[]string{"key_id", "user_id", "day", "calls", "errors"}, []string{"calls", "errors"})
 )
 
-// upsertDay1 are the upserts of a day whose calls all fell in one latency
-// bucket, by bucket: a day of one call, the most common in a batch of many
-// users, binds 4 parameters rather than 43.
-var upsertDay1 = func() [rollup.Buckets]rowsStatement {
-	var s [rollup.Buckets]rowsStatement
-	for i := range s {
-		s[i] = rowsStatement{
-			head: fmt.Sprintf(`INSERT INTO usage_daily (user_id, day, calls, h%02d) VALUES `, i),
-			tail: fmt.Sprintf(` ON CONFLICT (user_id, day) DO UPDATE SET calls = calls + excluded.calls, h%02d = h%02d + excluded.h%02d`, i, i, i),
-			cols: 4,
+// histUpsert adds rows of leading columns and a latency histogram to a
+// table whose rows add up on conflict.
+type histUpsert struct {
+	// full upserts a row with every bucket; one[i] one whose counts all
+	// fell in bucket i: a row of one call, the most common in a batch of
+	// many users, binds lead+1 parameters rather than lead+40.
+	full rowsStatement
+	one  [rollup.Buckets]rowsStatement
+}
+
+// newHistUpsert returns the upsert into table of rows lead, h00 … h39,
+// which on conflict on the columns conflict adds the columns add and the
+// buckets.
+func newHistUpsert(table, conflict string, lead, add []string) *histUpsert {
+	var set strings.Builder
+	fmt.Fprintf(&set, " ON CONFLICT (%s) DO UPDATE SET ", conflict)
+	for i, c := range add {
+		if i > 0 {
+			set.WriteString(", ")
+		}
+		fmt.Fprintf(&set, "%s = %s + excluded.%s", c, c, c)
+	}
+	cols := strings.Join(lead, ", ")
+	u := &histUpsert{}
+	var full strings.Builder
+	full.WriteString(set.String())
+	for i := range rollup.Buckets {
+		fmt.Fprintf(&full, ", h%02d = h%02d + excluded.h%02d", i, i, i)
+		u.one[i] = rowsStatement{
+			head: fmt.Sprintf(`INSERT INTO %s (%s, h%02d) VALUES `, table, cols, i),
+			tail: fmt.Sprintf("%s, h%02d = h%02d + excluded.h%02d", set.String(), i, i, i),
+			cols: len(lead) + 1,
 			rows: 100,
 		}
 	}
-	return s
-}()
+	u.full = rowsStatement{
+		head: fmt.Sprintf(`INSERT INTO %s (%s, %s) VALUES `, table, cols, histColumns),
+		tail: full.String(),
+		cols: len(lead) + rollup.Buckets,
+		rows: 20,
+	}
+	return u
+}
 
-// upsertDayRows adds days to usage_daily.
-func upsertDayRows(ctx context.Context, tx *sql.Tx, days []rollup.Day) error {
-	var one [rollup.Buckets][]any // parameters of upsertDay1[i]
-	full := make([]any, 0, 8*upsertDays.cols)
-	for i := range days {
-		d := &days[i]
-		bucket, n := -1, 0
-		for j, c := range d.Latency {
+// exec upserts n rows: row(i, args) appends row i's leading columns to
+// args and returns its histogram.
+func (u *histUpsert) exec(ctx context.Context, tx *sql.Tx, n int, row func(i int, args []any) ([]any, *rollup.Histogram)) error {
+	var one [rollup.Buckets][]any // parameters of u.one[i]
+	full := make([]any, 0, 8*u.full.cols)
+	for i := range n {
+		// Append to full, then move the row to one if it has one bucket.
+		start := len(full)
+		var h *rollup.Histogram
+		full, h = row(i, full)
+		bucket, buckets := -1, 0
+		for j, c := range h {
 			if c != 0 {
 				bucket = j
-				n++
+				buckets++
 			}
 		}
-		if n == 1 {
-			one[bucket] = append(one[bucket], d.UserID, micros(d.Day), d.Calls, d.Latency[bucket])
+		if buckets == 1 {
+			one[bucket] = append(append(one[bucket], full[start:]...), h[bucket])
+			full = full[:start]
 			continue
 		}
-		full = append(full, d.UserID, micros(d.Day), d.Calls)
-		for _, c := range d.Latency {
+		for _, c := range h {
 			full = append(full, c)
 		}
 	}
 	for i, args := range one {
-		if err := upsertDay1[i].exec(ctx, tx, args); err != nil {
+		if err := u.one[i].exec(ctx, tx, args); err != nil {
 			return err
 		}
 	}
-	return upsertDays.exec(ctx, tx, full)
+	return u.full.exec(ctx, tx, full)
 }
 
 // rowsStatement is an INSERT of up to rows rows of cols parameters each.
@@ -164,11 +189,13 @@ func jsonIDs(ids []int64) string {
 }
 
 // RecordCalls stores a batch of calls in one transaction: it adds them to
-// their keys' totals and their users' days (counted calls to the day's
-// calls, every duration to its latency histogram), appends them to their
-// users' recent calls (keeping the 50 newest of each user, newest being
-// the last recorded), and drops days of those users older than 400 days
-// before the batch's newest day. Calls of users that do not exist are
+// their keys' totals, their users' days (counted calls to the day's calls,
+// every duration to its latency histogram) and their keys' days (every
+// call to the day's calls, 4xx and 5xx answers to its errors, every
+// duration to its histogram), appends them to their users' recent calls
+// (keeping the 50 newest of each user, newest being the last recorded),
+// and drops days (of users and of their keys) of those users older than
+// 400 days before the batch's newest day. Calls of users that do not exist are
 // left out. Times and durations are truncated to microseconds. It returns
 // a VALIDATION_ERROR (and stores nothing) when a call's mode is unknown,
 // and the database's error otherwise.
@@ -236,12 +263,30 @@ func (db *DB) RecordCalls(ctx context.Context, calls []coinpulse.Call) error {
 			return err
 		}
 
-		if err := upsertDayRows(ctx, tx, b.Days); err != nil {
+		err = upsertDays.exec(ctx, tx, len(b.Days), func(i int, args []any) ([]any, *rollup.Histogram) {
+			d := &b.Days[i]
+			return append(args, d.UserID, micros(d.Day), d.Calls), &d.Latency
+		})
+		if err != nil {
+			return err
+		}
+		err = upsertKeyDays.exec(ctx, tx, len(b.KeyDays), func(i int, args []any) ([]any, *rollup.Histogram) {
+			d := &b.KeyDays[i]
+			return append(args, d.KeyID, d.UserID, micros(d.Day), d.Calls, d.Errors), &d.Latency
+		})
+		if err != nil {
+			return err
+		}
+		cutoff := micros(b.Newest.AddDate(0, 0, -rollup.RetainDays+1))
+		_, err = tx.ExecContext(ctx, `
+			DELETE FROM usage_daily WHERE user_id IN (SELECT value FROM json_each(?)) AND day < ?`,
+			users, cutoff)
+		if err != nil {
 			return err
 		}
 		_, err = tx.ExecContext(ctx, `
-			DELETE FROM usage_daily WHERE user_id IN (SELECT value FROM json_each(?)) AND day < ?`,
-			users, micros(b.Newest.AddDate(0, 0, -rollup.RetainDays+1)))
+			DELETE FROM key_usage_daily WHERE user_id IN (SELECT value FROM json_each(?)) AND day < ?`,
+			users, cutoff)
 		return err
 	})
 	if err != nil {
@@ -280,7 +325,11 @@ func (db *DB) Usage(ctx context.Context, userID int64, now time.Time) (*coinpuls
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: usage: %w", err)
 	}
-	return rollup.Result(now, recent, keys, days), nil
+	keyDays, err := db.keyDays(ctx, userID, now)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: usage: %w", err)
+	}
+	return rollup.Result(now, recent, keys, days, keyDays), nil
 }
 
 func (db *DB) recentCalls(ctx context.Context, userID int64) ([]coinpulse.Call, error) {
@@ -339,6 +388,33 @@ func (db *DB) usageDays(ctx context.Context, userID int64, since time.Time) ([]r
 		dest[0], dest[1] = &day, &d.Calls
 		for i := range d.Latency {
 			dest[2+i] = &d.Latency[i]
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, err
+		}
+		d.Day = fromMicros(day)
+		days = append(days, d)
+	}
+	return days, rows.Err()
+}
+
+// keyDays reads the user's keys' days of now's calendar month.
+func (db *DB) keyDays(ctx context.Context, userID int64, now time.Time) ([]rollup.KeyDay, error) {
+	from, to := rollup.KeyMonth(now)
+	rows, err := db.db.QueryContext(ctx, `SELECT key_id, day, calls, errors, `+histColumns+`
+		FROM key_usage_daily WHERE user_id = ? AND day >= ? AND day < ?`, userID, micros(from), micros(to))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var days []rollup.KeyDay
+	dest := make([]any, 4+rollup.Buckets)
+	for rows.Next() {
+		d := rollup.KeyDay{UserID: userID}
+		var day int64
+		dest[0], dest[1], dest[2], dest[3] = &d.KeyID, &day, &d.Calls, &d.Errors
+		for i := range d.Latency {
+			dest[4+i] = &d.Latency[i]
 		}
 		if err := rows.Scan(dest...); err != nil {
 			return nil, err

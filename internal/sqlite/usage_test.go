@@ -91,3 +91,46 @@ func BenchmarkUsage(b *testing.B) {
 		}
 	}
 }
+
+// TestKeyUsageDailyRetention checks that key_usage_daily is pruned as
+// usage_daily is: a batch drops its users' days (of every key of theirs)
+// older than 400 days before its newest day.
+func TestKeyUsageDailyRetention(t *testing.T) {
+	ctx := t.Context()
+	db, err := Open(ctx, filepath.Join(t.TempDir(), "c.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	u := &coinpulse.User{Email: "retention@example.com"}
+	if err := db.CreateUser(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2025, 3, 14, 12, 0, 0, 0, time.UTC)
+	rows := func() (keyDays, days int) {
+		t.Helper()
+		if err := db.db.QueryRowContext(ctx, `SELECT count(*) FROM key_usage_daily WHERE user_id = ?`, u.ID).Scan(&keyDays); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.db.QueryRowContext(ctx, `SELECT count(*) FROM usage_daily WHERE user_id = ?`, u.ID).Scan(&days); err != nil {
+			t.Fatal(err)
+		}
+		return keyDays, days
+	}
+	// Two keys on the oldest day, one on the next.
+	old := benchCalls([]int64{u.ID}, 2, t0.AddDate(0, 0, -400))
+	kept := benchCalls([]int64{u.ID}, 1, t0.AddDate(0, 0, -399))
+	if err := db.RecordCalls(ctx, append(old, kept...)); err != nil {
+		t.Fatal(err)
+	}
+	if kd, d := rows(); kd != 3 || d != 2 {
+		t.Fatalf("before pruning: %d key days, %d days; want 3, 2", kd, d)
+	}
+	// A call of one key 400 days later: both keys' oldest day goes.
+	if err := db.RecordCalls(ctx, benchCalls([]int64{u.ID}, 1, t0)); err != nil {
+		t.Fatal(err)
+	}
+	if kd, d := rows(); kd != 2 || d != 2 {
+		t.Errorf("after pruning: %d key days, %d days; want 2, 2", kd, d)
+	}
+}

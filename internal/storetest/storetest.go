@@ -75,6 +75,7 @@ func Run(t *testing.T, open func(t *testing.T) coinpulse.Store) {
 		{"Usage/Daily", testUsageDaily},
 		{"Usage/Percentiles", testUsagePercentiles},
 		{"Usage/Keys", testUsageKeys},
+		{"Usage/KeyDaily", testUsageKeyDaily},
 		{"Usage/UsersIsolated", testUsageIsolated},
 		{"Usage/Empty", testUsageEmpty},
 		{"Usage/UnknownUser", testUsageUnknownUser},

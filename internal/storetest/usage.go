@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"coinpulse"
 )
@@ -93,6 +94,10 @@ func dailyCalls(u *coinpulse.Usage) []int64 {
 	return n
 }
 
+// ignoreKeyPercentiles leaves KeyUsage's percentiles out of a cmp.Diff:
+// they are checked with wantPercentile.
+var ignoreKeyPercentiles = cmpopts.IgnoreFields(coinpulse.KeyUsage{}, "P50", "P95")
+
 // wantPercentile fails t unless got reports want at the documented
 // resolution: want ≤ got ≤ √2 × want (plus a microsecond of rounding).
 func wantPercentile(t *testing.T, what string, got, want time.Duration) {
@@ -140,11 +145,16 @@ func testUsageRoundTrip(t *testing.T, s coinpulse.Store) {
 		t.Errorf("Recent mismatch (-want +got):\n%s", diff)
 	}
 	wantKeys := []coinpulse.KeyUsage{
-		{KeyID: k.ID, Calls: 2, LastCall: us(t0)},
-		{KeyID: k.ID + 1000, Calls: 1, LastCall: us(t0.Add(-time.Minute))},
+		{KeyID: k.ID, Calls: 2, LastCall: us(t0), CallsToday: 2, CallsMonth: 2},
+		{KeyID: k.ID + 1000, Calls: 1, LastCall: us(t0.Add(-time.Minute)), CallsToday: 1, CallsMonth: 1, ErrorsMonth: 1},
 	}
-	if diff := cmp.Diff(wantKeys, got.Keys); diff != "" {
+	if diff := cmp.Diff(wantKeys, got.Keys, ignoreKeyPercentiles); diff != "" {
 		t.Errorf("Keys mismatch (-want +got):\n%s", diff)
+	} else {
+		// Nearest rank: k's median is its 0 s call (bucket 0's edge).
+		wantPercentile(t, "key P50", got.Keys[0].P50, 50*time.Microsecond)
+		wantPercentile(t, "key P95", got.Keys[0].P95, 1234*time.Microsecond)
+		wantPercentile(t, "other key P50", got.Keys[1].P50, 2*time.Second)
 	}
 	if got.MonthCalls != 2 {
 		t.Errorf("MonthCalls = %d, want 2", got.MonthCalls)
@@ -366,11 +376,132 @@ func testUsageKeys(t *testing.T, s coinpulse.Store) {
 	record(t, s, call(a, t0.Add(-48*time.Hour), time.Millisecond, ""), call(b, t0.Add(time.Minute), time.Millisecond, ""))
 	got := usage(t, s, u.ID, usageNow.Add(time.Hour))
 	want := []coinpulse.KeyUsage{
-		{KeyID: a.ID, Calls: 8, LastCall: us(t0)},
-		{KeyID: b.ID, Calls: 4, LastCall: us(t0.Add(time.Minute))},
+		{KeyID: a.ID, Calls: 8, LastCall: us(t0), CallsToday: 7, CallsMonth: 8},
+		{KeyID: b.ID, Calls: 4, LastCall: us(t0.Add(time.Minute)), CallsToday: 4, CallsMonth: 4},
 	}
-	if diff := cmp.Diff(want, got.Keys); diff != "" {
+	if diff := cmp.Diff(want, got.Keys, ignoreKeyPercentiles); diff != "" {
 		t.Errorf("Keys mismatch (-want +got):\n%s", diff)
+	}
+	for _, k := range got.Keys {
+		wantPercentile(t, "key P50", k.P50, time.Millisecond)
+		wantPercentile(t, "key P95", k.P95, time.Millisecond)
+	}
+}
+
+// testUsageKeyDaily checks the per-key figures of today and this month:
+// calls across day and month boundaries (in UTC, whatever the zones of the
+// calls and of now), errors (status 400 and above) and percentiles.
+func testUsageKeyDaily(t *testing.T, s coinpulse.Store) {
+	u := newUser(t, s, "usage-keydaily@example.com")
+	a := newKey(t, s, u.ID, t0)
+	b := newKey(t, s, u.ID, t0)
+	c := newKey(t, s, u.ID, t0) // calls last month only
+	march := time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC)
+	april := march.AddDate(0, 1, 0)
+	today := time.Date(2025, 3, 14, 0, 0, 0, 0, time.UTC) // t0's day
+	east := time.FixedZone("E", 3*3600)                   // 28 February 23:59 UTC is 1 March here
+	west := time.FixedZone("W", -5*3600)                  // 14 March 00:00 UTC is 13 March here
+	var batch []coinpulse.Call
+	add := func(k *coinpulse.APIKey, n int, at time.Time, d time.Duration, status func(i int) int) {
+		for i := range n {
+			cl := call(k, at, d, "")
+			cl.Status = status(i)
+			cl.Counted = i%3 != 0 // counted or not, every call is a key's
+			if i%2 == 0 {
+				cl.Mode = coinpulse.ModeTest
+			}
+			batch = append(batch, cl)
+		}
+	}
+	ok := func(int) int { return 200 }
+	// Last month, the last microsecond of it: 10 s, all 500s.
+	add(a, 19, march.Add(-time.Microsecond), 10*time.Second, func(int) int { return 500 })
+	add(a, 1, march.Add(-time.Microsecond).In(east), 10*time.Second, func(int) int { return 500 })
+	add(c, 4, march.AddDate(0, 0, -10), time.Millisecond, ok)
+	// This month: 100 calls of a, 10 of them 100 ms, 10 of them errors.
+	add(a, 10, march, 100*time.Millisecond, ok)
+	add(a, 30, today.Add(-time.Microsecond), time.Millisecond, func(i int) int { return []int{200, 404}[min(i/25, 1)] }) // 5 × 404
+	add(a, 20, today.In(west), time.Millisecond, func(i int) int { return []int{500, 200}[min(i/3, 1)] })                // 3 × 500
+	add(a, 40, t0, time.Millisecond, func(i int) int { return []int{429, 499, 200, 304, 399}[min(i, 4)] })               // 2 errors
+	// b: 3 fast calls today.
+	add(b, 3, t0.Add(-time.Hour), 300*time.Microsecond, ok)
+	// Next month: 1 slow error.
+	add(a, 1, april, 10*time.Second, func(int) int { return 503 })
+	// In three batches, out of order: the days add up.
+	record(t, s, batch[60:]...)
+	record(t, s, batch[:24]...)
+	record(t, s, batch[24:60]...)
+
+	byKey := func(got *coinpulse.Usage) map[int64]coinpulse.KeyUsage {
+		m := map[int64]coinpulse.KeyUsage{}
+		for _, k := range got.Keys {
+			m[k.KeyID] = k
+		}
+		return m
+	}
+	got := byKey(usage(t, s, u.ID, t0))
+	want := map[int64]coinpulse.KeyUsage{
+		a.ID: {KeyID: a.ID, Calls: 121, LastCall: us(april), CallsToday: 60, CallsMonth: 100, ErrorsMonth: 10},
+		b.ID: {KeyID: b.ID, Calls: 3, LastCall: us(t0.Add(-time.Hour)), CallsToday: 3, CallsMonth: 3},
+		c.ID: {KeyID: c.ID, Calls: 4, LastCall: us(march.AddDate(0, 0, -10))},
+	}
+	if diff := cmp.Diff(want, got, ignoreKeyPercentiles); diff != "" {
+		t.Errorf("Keys as of 14 March mismatch (-want +got):\n%s", diff)
+	}
+	if r := got[a.ID].ErrorRate(); math.Abs(r-0.1) > 1e-12 {
+		t.Errorf("a's ErrorRate = %v, want 0.1", r)
+	}
+	if r := got[b.ID].ErrorRate(); r != 0 {
+		t.Errorf("b's ErrorRate = %v, want 0", r)
+	}
+	if r := got[c.ID].ErrorRate(); r != 0 {
+		t.Errorf("c's ErrorRate (no calls this month) = %v, want 0", r)
+	}
+	// a: 90 calls of 1 ms, 10 of 100 ms (last month's and next month's
+	// 10 s calls left out).
+	wantPercentile(t, "a's P50", got[a.ID].P50, time.Millisecond)
+	wantPercentile(t, "a's P95", got[a.ID].P95, 100*time.Millisecond)
+	wantPercentile(t, "b's P50", got[b.ID].P50, 300*time.Microsecond)
+	wantPercentile(t, "b's P95", got[b.ID].P95, 300*time.Microsecond)
+	if got[c.ID].P50 != 0 || got[c.ID].P95 != 0 {
+		t.Errorf("c's P50, P95 = %v, %v; want 0 (no calls this month)", got[c.ID].P50, got[c.ID].P95)
+	}
+
+	// At the very end of 14 March, seen from another zone: the same.
+	late := today.Add(24*time.Hour - time.Nanosecond).In(east)
+	if diff := cmp.Diff(want, byKey(usage(t, s, u.ID, late)), ignoreKeyPercentiles); diff != "" {
+		t.Errorf("Keys at the end of 14 March mismatch (-want +got):\n%s", diff)
+	}
+	// At the start of the next day: nothing today, the same month.
+	got = byKey(usage(t, s, u.ID, today.AddDate(0, 0, 1)))
+	if got[a.ID].CallsToday != 0 || got[a.ID].CallsMonth != 100 || got[b.ID].CallsToday != 0 || got[b.ID].CallsMonth != 3 {
+		t.Errorf("15 March: a today %d month %d, b today %d month %d; want 0, 100, 0, 3",
+			got[a.ID].CallsToday, got[a.ID].CallsMonth, got[b.ID].CallsToday, got[b.ID].CallsMonth)
+	}
+	// At the last instant of February, in a zone where it is 1 March
+	// already: February's figures.
+	got = byKey(usage(t, s, u.ID, march.Add(-time.Nanosecond).In(east)))
+	if k := got[a.ID]; k.CallsToday != 20 || k.CallsMonth != 20 || k.ErrorsMonth != 20 || k.ErrorRate() != 1 {
+		t.Errorf("28 February: a = %+v, want 20 calls today and this month, all errors", k)
+	} else {
+		wantPercentile(t, "a's February P50", k.P50, 10*time.Second)
+	}
+	if k := got[c.ID]; k.CallsToday != 0 || k.CallsMonth != 4 || k.ErrorsMonth != 0 {
+		t.Errorf("28 February: c = %+v, want 0 calls today, 4 this month", k)
+	}
+	// 1 March: today is that day's 10 calls; the month is the calendar
+	// month, every day of it.
+	got = byKey(usage(t, s, u.ID, march))
+	if k := got[a.ID]; k.CallsToday != 10 || k.CallsMonth != 100 || k.ErrorsMonth != 10 {
+		t.Errorf("1 March: a = %+v, want 10 calls today, 100 this month with 10 errors", k)
+	}
+	// April: the one call of the new month.
+	got = byKey(usage(t, s, u.ID, april.Add(time.Second)))
+	if k := got[a.ID]; k.CallsToday != 1 || k.CallsMonth != 1 || k.ErrorsMonth != 1 {
+		t.Errorf("1 April: a = %+v, want 1 call today and this month, an error", k)
+	}
+	if k := got[b.ID]; k.CallsMonth != 0 || k.P95 != 0 {
+		t.Errorf("1 April: b = %+v, want nothing this month", k)
 	}
 }
 

@@ -1,7 +1,8 @@
 // Package rollup is what both storage engines share to keep metered calls:
 // the latency histogram's bucket scheme, and the aggregation of a batch of
 // calls into the rows a store writes (one per user and UTC day, one per
-// key, and each user's newest calls). It does no I/O.
+// key, one per key and UTC day, and each user's newest calls). It does no
+// I/O.
 //
 // # Histogram buckets
 //
@@ -123,6 +124,22 @@ type Day struct {
 	Latency Histogram
 }
 
+// KeyDay is one key's calls on one UTC day.
+type KeyDay struct {
+	KeyID, UserID int64
+	// Day is the day's start, in UTC.
+	Day time.Time
+	// Calls counts all the key's calls that day, counted or not; Errors
+	// those of them answered with a status of 400 or above.
+	Calls, Errors int64
+	// Latency counts the durations of the calls.
+	Latency Histogram
+}
+
+// IsError reports whether a call's status counts as an error in
+// KeyDay.Errors: 4xx and 5xx.
+func IsError(status int) bool { return status >= 400 }
+
 // Key is one key's calls.
 type Key struct {
 	KeyID, UserID int64
@@ -142,6 +159,8 @@ type Batch struct {
 	Days []Day
 	// Keys are per key, by key id.
 	Keys []Key
+	// KeyDays are per key and UTC day, by key then day.
+	KeyDays []KeyDay
 	// Newest is the latest day of Days (zero when there are none).
 	Newest time.Time
 }
@@ -172,6 +191,7 @@ func Aggregate(calls []coinpulse.Call, keep func(userID int64) bool) *Batch {
 	}
 	b := &Batch{}
 	days := make(map[dayKey]int)
+	keyDays := make(map[dayKey]int) // by key id and day
 	keys := make(map[int64]int)
 	perUser := make(map[int64]int) // calls of each user, to pick the last RecentCalls
 	for i := range calls {
@@ -204,6 +224,19 @@ func Aggregate(calls []coinpulse.Call, keep func(userID int64) bool) *Batch {
 		if t.After(b.Keys[k].LastCall) {
 			b.Keys[k].LastCall = t
 		}
+		kk := dayKey{c.KeyID, dk.day}
+		j, ok = keyDays[kk]
+		if !ok {
+			j = len(b.KeyDays)
+			keyDays[kk] = j
+			b.KeyDays = append(b.KeyDays, KeyDay{KeyID: c.KeyID, UserID: c.UserID, Day: day})
+		}
+		kd := &b.KeyDays[j]
+		kd.Calls++
+		if IsError(c.Status) {
+			kd.Errors++
+		}
+		kd.Latency.Add(d)
 	}
 	b.Users = make([]int64, 0, len(perUser))
 	for u := range perUser {
@@ -241,6 +274,12 @@ func Aggregate(calls []coinpulse.Call, keep func(userID int64) bool) *Batch {
 		}
 	}
 	slices.SortFunc(b.Keys, func(x, y Key) int { return cmpInt(x.KeyID, y.KeyID) })
+	slices.SortFunc(b.KeyDays, func(x, y KeyDay) int {
+		if x.KeyID != y.KeyID {
+			return cmpInt(x.KeyID, y.KeyID)
+		}
+		return x.Day.Compare(y.Day)
+	})
 	return b
 }
 
@@ -255,10 +294,12 @@ func cmpInt(a, b int64) int {
 }
 
 // Result assembles a Usage from what a store read for userID as of now:
-// recent (newest first) and keys as they are, and days (any order; those
-// outside the month and the 30-day window are ignored) for MonthCalls,
-// Daily and the percentiles.
-func Result(now time.Time, recent []coinpulse.Call, keys []coinpulse.KeyUsage, days []Day) *coinpulse.Usage {
+// recent (newest first) and keys (the all-time totals) as they are, days
+// (any order; those outside the month and the 30-day window are ignored)
+// for MonthCalls, Daily and the percentiles, and keyDays (any order; those
+// outside now's calendar month are ignored, see KeyMonth) for the keys'
+// figures of today and this month.
+func Result(now time.Time, recent []coinpulse.Call, keys []coinpulse.KeyUsage, days []Day, keyDays []KeyDay) *coinpulse.Usage {
 	today := DayOf(now)
 	first := today.AddDate(0, 0, -29)
 	month := MonthStart(now)
@@ -292,7 +333,49 @@ func Result(now time.Time, recent []coinpulse.Call, keys []coinpulse.KeyUsage, d
 		u.Daily[i].P50, u.Daily[i].P95 = perDay[i].Percentile(0.50), perDay[i].Percentile(0.95)
 	}
 	u.P50, u.P95, u.P99 = h.Percentile(0.50), h.Percentile(0.95), h.Percentile(0.99)
+	keyMonth(now, u.Keys, keyDays)
 	return u
+}
+
+// keyMonth fills keys' figures of now's UTC day and calendar month from
+// keyDays. A key of keyDays that is not among keys is left out: every key
+// with daily rows has a total.
+func keyMonth(now time.Time, keys []coinpulse.KeyUsage, keyDays []KeyDay) {
+	if len(keys) == 0 || len(keyDays) == 0 {
+		return
+	}
+	today := DayOf(now)
+	from, to := KeyMonth(now)
+	idx := make(map[int64]int, len(keys))
+	for i := range keys {
+		idx[keys[i].KeyID] = i
+	}
+	hists := make([]Histogram, len(keys))
+	for i := range keyDays {
+		d := &keyDays[i]
+		j, ok := idx[d.KeyID]
+		if !ok || d.Day.Before(from) || !d.Day.Before(to) {
+			continue
+		}
+		k := &keys[j]
+		k.CallsMonth += d.Calls
+		k.ErrorsMonth += d.Errors
+		if d.Day.Equal(today) {
+			k.CallsToday += d.Calls
+		}
+		hists[j].Merge(&d.Latency)
+	}
+	for j := range keys {
+		keys[j].P50, keys[j].P95 = hists[j].Percentile(0.50), hists[j].Percentile(0.95)
+	}
+}
+
+// KeyMonth returns the days a store must read for Result's per-key
+// figures as of now: those from the start of now's UTC calendar month
+// (inclusive) to the next month's (exclusive).
+func KeyMonth(now time.Time) (from, to time.Time) {
+	from = MonthStart(now)
+	return from, from.AddDate(0, 1, 0)
 }
 
 // Since returns the first day a store must read for Result as of now: the

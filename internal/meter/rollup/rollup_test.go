@@ -94,4 +94,48 @@ func TestAggregate(t *testing.T) {
 	if len(b.Keys) != 3 || b.Keys[0].KeyID != 10 || b.Keys[0].Calls != 40 {
 		t.Errorf("Keys = %+v", b.Keys)
 	}
+	// Three keys over two days (96 calls the first, 24 the second), every
+	// call counted or not.
+	n = 0
+	for i, d := range b.KeyDays {
+		n += d.Calls
+		if d.Latency.Count() != d.Calls || d.Errors != 0 {
+			t.Errorf("KeyDays[%d] = %+v", i, d)
+		}
+		if i > 0 && (d.KeyID < b.KeyDays[i-1].KeyID || d.KeyID == b.KeyDays[i-1].KeyID && !d.Day.After(b.KeyDays[i-1].Day)) {
+			t.Errorf("KeyDays not sorted at %d", i)
+		}
+	}
+	if n != 120 || len(b.KeyDays) != 6 {
+		t.Errorf("key days: %d rows, %d calls", len(b.KeyDays), n)
+	}
+}
+
+func TestResultKeys(t *testing.T) {
+	now := time.Date(2025, 3, 14, 15, 0, 0, 0, time.UTC)
+	day := func(y int, m time.Month, d int) time.Time { return time.Date(y, m, d, 0, 0, 0, 0, time.UTC) }
+	kd := func(key int64, d time.Time, calls, errs int64, lat time.Duration) KeyDay {
+		k := KeyDay{KeyID: key, UserID: 1, Day: d, Calls: calls, Errors: errs}
+		k.Latency[Bucket(lat)] = calls
+		return k
+	}
+	keys := []coinpulse.KeyUsage{{KeyID: 1, Calls: 1000}, {KeyID: 2, Calls: 5}}
+	u := Result(now, nil, keys, nil, []KeyDay{
+		kd(1, day(2025, 2, 28), 500, 500, time.Second), // last month
+		kd(1, day(2025, 3, 1), 10, 1, 100*time.Millisecond),
+		kd(1, day(2025, 3, 14), 90, 9, time.Millisecond),
+		kd(1, day(2025, 4, 1), 400, 0, time.Second), // next month
+		kd(3, day(2025, 3, 14), 7, 7, time.Second),  // no total: left out
+	})
+	k := u.Keys[0]
+	if k.CallsToday != 90 || k.CallsMonth != 100 || k.ErrorsMonth != 10 || k.ErrorRate() != 0.1 ||
+		k.P50 != Edge(Bucket(time.Millisecond)) || k.P95 != Edge(Bucket(100*time.Millisecond)) {
+		t.Errorf("key 1 = %+v", k)
+	}
+	if k := u.Keys[1]; k != (coinpulse.KeyUsage{KeyID: 2, Calls: 5}) || k.ErrorRate() != 0 {
+		t.Errorf("key 2 = %+v, want its total only", k)
+	}
+	if len(u.Keys) != 2 {
+		t.Errorf("%d keys, want 2", len(u.Keys))
+	}
 }
