@@ -559,6 +559,9 @@ func TestBrowserDashboard(t *testing.T) {
 	if b.count(row) != 0 {
 		t.Errorf("the revoked key is still listed in #keys")
 	}
+	if n := b.text("#notice"); !strings.Contains(n, "#"+keyID+" is revoked") {
+		t.Errorf("#notice after revoking = %q, want it to say key #%s is revoked", n, keyID)
+	}
 	b.screenshot("dashboard-after-revoke")
 	refused, took := pollREST(t, p.base, "/api/v1/markets/global", key, 2*time.Second, func(c restCall) bool { return c.status != 200 })
 	if refused.status != 401 || refused.code != "INVALID_API_KEY" {

@@ -553,7 +553,10 @@ func TestKeys(t *testing.T) {
 	if p.status != http.StatusOK || !strings.Contains(p.body, `id="revoke-confirm"`) || !strings.Contains(p.body, fmt.Sprintf(`action="/user/api/keys/%d/revoke"`, k.ID)) {
 		t.Fatalf("revoke page: %d\n%s", p.status, p.body)
 	}
-	wantRedirect(t, c.post(fmt.Sprintf("/user/api/keys/%d/revoke", k.ID), url.Values{}, fmt.Sprintf("/user/api/keys/%d/revoke", k.ID)), "/user/api")
+	wantRedirect(t, c.post(fmt.Sprintf("/user/api/keys/%d/revoke", k.ID), url.Values{}, fmt.Sprintf("/user/api/keys/%d/revoke", k.ID)), fmt.Sprintf("/user/api?revoked=%d", k.ID))
+	if p := c.get(fmt.Sprintf("/user/api?revoked=%d", k.ID)); !strings.Contains(p.body, fmt.Sprintf(`id="notice" class="notice" role="status">Key #%d is revoked`, k.ID)) {
+		t.Errorf("no revocation notice on the dashboard:\n%s", p.body)
+	}
 	deadline := time.Now().Add(2 * time.Second)
 	for apiCall(e, secret) != http.StatusUnauthorized {
 		if time.Now().After(deadline) {
@@ -861,7 +864,7 @@ func TestKeyStats(t *testing.T) {
 	if !strings.Contains(table, "(revoked)") {
 		t.Error("#key-stats does not mark the revoked key")
 	}
-	if !strings.Contains(p.body, "are over the key's calls this month") || strings.Contains(p.body, "50 most recent.</p>") {
+	if !strings.Contains(p.body, "this calendar month (UTC)") || strings.Contains(p.body, "50 most recent.</p>") {
 		t.Error("the #key-stats hint does not say the figures are this month's")
 	}
 

@@ -118,18 +118,27 @@ func (d *Dashboard) dashboardPage(w http.ResponseWriter, r *http.Request) {
 	if a == nil {
 		return
 	}
-	d.showDashboard(w, r, a, http.StatusOK, "", keyForm{Read: true, Mode: "live"})
+	notice := ""
+	if id, err := strconv.ParseInt(r.URL.Query().Get("revoked"), 10, 64); err == nil && id > 0 {
+		notice = "Key #" + strconv.FormatInt(id, 10) + " is revoked: every request made with it is refused from now on."
+	}
+	d.showDashboardNotice(w, r, a, http.StatusOK, "", notice, keyForm{Read: true, Mode: "live"})
 }
 
 // showDashboard renders the dashboard with status, an error for #form-error
 // and the key form's values.
 func (d *Dashboard) showDashboard(w http.ResponseWriter, r *http.Request, a *auth, status int, msg string, form keyForm) {
+	d.showDashboardNotice(w, r, a, status, msg, "", form)
+}
+
+// showDashboardNotice is showDashboard with a notice for #notice.
+func (d *Dashboard) showDashboardNotice(w http.ResponseWriter, r *http.Request, a *auth, status int, msg, notice string, form keyForm) {
 	v, err := d.dashboard(r.Context(), a.user, form)
 	if err != nil {
 		d.serverError(w, r, err)
 		return
 	}
-	d.render(w, r, status, "dashboard", &page{Title: "Dashboard", User: a.user, CSRF: a.session.CSRF, Error: msg, Dash: v})
+	d.render(w, r, status, "dashboard", &page{Title: "Dashboard", User: a.user, CSRF: a.session.CSRF, Error: msg, Notice: notice, Dash: v})
 }
 
 // keyForm is the key-creation form's values.
@@ -292,5 +301,5 @@ func (d *Dashboard) revoke(w http.ResponseWriter, r *http.Request) {
 		d.serverError(w, r, err)
 		return
 	}
-	http.Redirect(w, r, basePath, http.StatusSeeOther)
+	http.Redirect(w, r, basePath+"?revoked="+strconv.FormatInt(id, 10), http.StatusSeeOther)
 }

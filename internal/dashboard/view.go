@@ -228,6 +228,13 @@ func (d *Dashboard) dashboard(ctx context.Context, u *coinpulse.User, form keyFo
 			continue
 		}
 		kv := d.keyView(k, a.now)
+		// Last-used times reach the store every few seconds; metering may
+		// already know a later call.
+		for _, u := range a.usage.Keys {
+			if u.KeyID == k.ID && !u.LastCall.IsZero() && (k.LastUsedAt == nil || u.LastCall.After(*k.LastUsedAt)) {
+				kv.LastUsed = u.LastCall.UTC().Format("2006-01-02 15:04 UTC")
+			}
+		}
 		if kv.State == "active" {
 			v.Active++
 		}
@@ -333,11 +340,15 @@ const (
 
 func newDailyChart(days []coinpulse.DayUsage) dailyChart {
 	c := dailyChart{Width: chartWidth, Height: chartHeight}
-	var peak int64 = 1
+	var peak int64
 	for _, d := range days {
 		peak = max(peak, d.Calls)
 	}
-	c.Max = formatInt(peak)
+	c.Max = "peak " + formatInt(peak)
+	if peak == 0 {
+		c.Max = "no calls yet"
+	}
+	peak = max(peak, 1)
 	step := chartWidth / max(len(days), 1)
 	for i, d := range days {
 		h := int(d.Calls * (chartBottom - chartTop) / peak)
