@@ -3,9 +3,10 @@ package coinpulse
 import (
 	"errors"
 	"fmt"
+	"net/http"
 )
 
-// Code is an error kind; each maps to one HTTP status in internal/api.
+// Code is an error kind; each maps to one HTTP status (see Code.Status).
 type Code string
 
 // The error kinds of the SPEC's table, plus the two that account management
@@ -93,3 +94,31 @@ func ErrorMessage(err error) string {
 
 // IsNotFound reports whether err is of kind RESOURCE_NOT_FOUND.
 func IsNotFound(err error) bool { return ErrorCode(err) == CodeNotFound }
+
+// Status is the HTTP status of an error of kind c: the one place this is
+// decided (the API and the dashboard both answer with it).
+func (c Code) Status() int {
+	switch c {
+	case CodeInvalidAPIKey:
+		return http.StatusUnauthorized
+	case CodeExpiredSubscription, CodePermissionDenied,
+		CodePortfolioLimitReached, CodeKeyLimitReached,
+		CodeAlertLimitReached:
+		return http.StatusForbidden
+	case CodeNotFound:
+		return http.StatusNotFound
+	case CodeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	case CodeConflict:
+		return http.StatusConflict
+	case CodePayloadTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case CodeValidation:
+		return http.StatusUnprocessableEntity
+	case CodeRateLimitExceeded:
+		return http.StatusTooManyRequests
+	case CodeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}

@@ -13,34 +13,6 @@ import (
 	"coinpulse"
 )
 
-// statusOf maps an error kind to its HTTP status: the one place this is
-// decided.
-func statusOf(code coinpulse.Code) int {
-	switch code {
-	case coinpulse.CodeInvalidAPIKey:
-		return http.StatusUnauthorized
-	case coinpulse.CodeExpiredSubscription, coinpulse.CodePermissionDenied,
-		coinpulse.CodePortfolioLimitReached, coinpulse.CodeKeyLimitReached,
-		coinpulse.CodeAlertLimitReached:
-		return http.StatusForbidden
-	case coinpulse.CodeNotFound:
-		return http.StatusNotFound
-	case coinpulse.CodeMethodNotAllowed:
-		return http.StatusMethodNotAllowed
-	case coinpulse.CodeConflict:
-		return http.StatusConflict
-	case coinpulse.CodePayloadTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case coinpulse.CodeValidation:
-		return http.StatusUnprocessableEntity
-	case coinpulse.CodeRateLimitExceeded:
-		return http.StatusTooManyRequests
-	case coinpulse.CodeUnavailable:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
-}
-
 // Meta is the meta object of every response. Optional fields are left
 // out when empty.
 type Meta struct {
@@ -221,6 +193,6 @@ write:
 	h.Del("Cache-Control")
 	h.Set("Content-Type", "application/json; charset=utf-8")
 	h.Set("Content-Length", strconv.Itoa(len(b)+1))
-	w.WriteHeader(statusOf(code))
+	w.WriteHeader(code.Status())
 	w.Write(append(b, '\n'))
 }

@@ -52,31 +52,6 @@ func (d *Dashboard) jsonData(w http.ResponseWriter, status int, data any) {
 	}{true, data, d.meta(w)})
 }
 
-// statusOf maps an error code to its HTTP status, as the API does.
-func statusOf(c coinpulse.Code) int {
-	switch c {
-	case coinpulse.CodeInvalidAPIKey:
-		return http.StatusUnauthorized
-	case coinpulse.CodePermissionDenied, coinpulse.CodeKeyLimitReached, coinpulse.CodeExpiredSubscription:
-		return http.StatusForbidden
-	case coinpulse.CodeNotFound:
-		return http.StatusNotFound
-	case coinpulse.CodeMethodNotAllowed:
-		return http.StatusMethodNotAllowed
-	case coinpulse.CodeConflict:
-		return http.StatusConflict
-	case coinpulse.CodePayloadTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case coinpulse.CodeValidation:
-		return http.StatusUnprocessableEntity
-	case coinpulse.CodeRateLimitExceeded:
-		return http.StatusTooManyRequests
-	case coinpulse.CodeUnavailable:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
-}
-
 func (d *Dashboard) jsonError(w http.ResponseWriter, err error) {
 	code := coinpulse.ErrorCode(err)
 	e := jsonError{Code: code, Message: coinpulse.ErrorMessage(err)}
@@ -88,7 +63,7 @@ func (d *Dashboard) jsonError(w http.ResponseWriter, err error) {
 		d.log.Error("dashboard", "err", err, "request_id", w.Header().Get("X-Request-Id"))
 		e.Message = "An internal error occurred; quote request id " + w.Header().Get("X-Request-Id") + " if you contact support."
 	}
-	d.writeJSON(w, statusOf(code), struct {
+	d.writeJSON(w, code.Status(), struct {
 		Success bool      `json:"success"`
 		Error   jsonError `json:"error"`
 		Meta    jsonMeta  `json:"meta"`
