@@ -36,22 +36,14 @@ func viewAlert(a *coinpulse.Alert) alertView {
 		ID: a.ID, CoinID: a.CoinID, CoinSymbol: a.CoinSymbol, TargetPrice: num(a.TargetPrice),
 		Condition: string(a.Condition), NotifyEmail: a.NotifyEmail, IsActive: a.IsActive,
 		Mode: string(a.Owner.Mode), CreatedAt: a.CreatedAt.UTC(), UpdatedAt: a.UpdatedAt.UTC(),
-	}
-	if a.TriggeredAt != nil {
-		t := a.TriggeredAt.UTC()
-		v.TriggeredAt = &t
+		TriggeredAt: utcPtr(a.TriggeredAt),
 	}
 	if a.TriggeredPrice.Valid {
 		n := num(a.TriggeredPrice.Decimal)
 		v.TriggeredPrice = &n
 	}
 	if a.EmailStatus != coinpulse.EmailNone {
-		st := string(a.EmailStatus)
-		v.EmailStatus = &st
-		if a.EmailError != "" {
-			e := a.EmailError
-			v.EmailError = &e
-		}
+		v.EmailStatus, v.EmailError = orNull(string(a.EmailStatus)), orNull(a.EmailError)
 	}
 	return v
 }

@@ -38,13 +38,10 @@ func viewWebhook(wh *coinpulse.Webhook, withSecret bool) webhookView {
 	v := webhookView{
 		ID: wh.ID, URL: wh.URL, Events: wh.Events, Description: wh.Description, Enabled: wh.Enabled,
 		Mode: string(wh.Owner.Mode), CreatedAt: wh.CreatedAt.UTC(), UpdatedAt: wh.UpdatedAt.UTC(),
+		DisabledReason: orNull(wh.DisabledReason),
 	}
 	if v.Events == nil {
 		v.Events = []string{}
-	}
-	if wh.DisabledReason != "" {
-		r := wh.DisabledReason
-		v.DisabledReason = &r
 	}
 	if withSecret {
 		v.Secret = wh.Secret
@@ -69,6 +66,15 @@ type deliveryView struct {
 	Payload        json.RawMessage `json:"payload"`
 }
 
+// orNull is v, or nil (JSON null) when v is its type's zero value.
+func orNull[T comparable](v T) *T {
+	var zero T
+	if v == zero {
+		return nil
+	}
+	return &v
+}
+
 func utcPtr(t *time.Time) *time.Time {
 	if t == nil {
 		return nil
@@ -81,25 +87,14 @@ func viewDelivery(d *coinpulse.Delivery) deliveryView {
 	v := deliveryView{
 		ID: d.ID, EventID: d.EventID, EventType: d.EventType, Status: string(d.Status), Attempts: d.Attempts,
 		LastAttemptAt: utcPtr(d.LastAttemptAt), CreatedAt: d.CreatedAt.UTC(), DeliveredAt: utcPtr(d.DeliveredAt),
-		Payload: json.RawMessage(d.Payload),
+		Payload: json.RawMessage(d.Payload), AlertID: orNull(d.AlertID),
+		LastStatusCode: orNull(d.LastStatusCode), LastError: orNull(d.LastError),
 	}
 	if !json.Valid(v.Payload) {
 		v.Payload = json.RawMessage("null")
 	}
-	if d.AlertID != 0 {
-		id := d.AlertID
-		v.AlertID = &id
-	}
 	if d.Status == coinpulse.DeliveryPending {
 		v.NextAttemptAt = utcPtr(&d.NextAttemptAt)
-	}
-	if d.LastStatusCode != 0 {
-		c := d.LastStatusCode
-		v.LastStatusCode = &c
-	}
-	if d.LastError != "" {
-		e := d.LastError
-		v.LastError = &e
 	}
 	return v
 }
