@@ -378,6 +378,9 @@ func publishPrices(ctx context.Context, hub *stream.Hub, snaps <-chan *market.Sn
 		case <-ctx.Done():
 			return
 		case snap := <-snaps:
+			if hub.Len() == 0 {
+				continue // nobody to tell
+			}
 			updates = updates[:0]
 			for _, c := range snap.Coins() {
 				updates = append(updates, stream.PriceUpdate{CoinID: c.ID, Symbol: c.Symbol, Price: c.CurrentPrice,
