@@ -87,9 +87,15 @@
 //
 // # Redis
 //
-// Every Allow and Peek is one Lua script (EVALSHA, falling back to EVAL),
-// which reads the time, checks the three windows and updates them
-// atomically, and returns all the Verdict needs in one reply. The keys,
+// Every Allow and Peek is decided inside one run of a Lua script,
+// limit.lua (EVALSHA, loading the script again after a NOSCRIPT), which
+// reads the time, checks the three windows and updates them atomically,
+// and returns all the Verdict needs. The checks a node has waiting at the
+// same moment share one pipeline and, on one server, one run: the script
+// decides them one after another, as if each had run alone, reading each
+// key once and writing each changed key once at the end. A run's checks
+// that share a plan and month send its figures once. On a cluster a run
+// holds the checks of one account only (their keys share a slot). The keys,
 // with the account in a hash tag so that a cluster keeps them on one slot
 // ("cp:rl:" is the default prefix, see WithPrefix):
 //

@@ -1,50 +1,60 @@
--- One check of an account's three windows; see redis.go.
--- KEYS: 1 second TAT, 2 minute TAT, 3 the month's counter.
--- ARGV: 1 '1' to count the call, '0' to peek
---       2 now in µs since the epoch, or '' to read the server's TIME
---       3, 4 the month's first instant and the next month's, µs
---       5 the seed for an absent month key, or '' when there is none yet
---       6, 7 second window's T and τ in µs (T 0: does not limit)
---       8, 9 minute window's T and τ in µs
---       10 monthly limit (<= 0: does not limit)
---       11 the month key's time to live after the month ends, ms
---       12 time added to the rolling keys' lives, ms (0 but in tests)
--- Reply: {allowed, secOK, secTAT, minOK, minTAT, monthOK, count, now}, with
--- the TATs after the check (>= now) and the month's count after it; or
--- {-1, now} when the month key is absent and no seed was given, or
--- {-2, now} when now is not in the month given.
+-- Checks of accounts' three windows, one after another in one atomic run;
+-- see redis.go. A run holds one check or the many that a node's concurrent
+-- calls sent together.
+-- ARGV: 1 now in µs since the epoch, or '' to read the server's TIME
+--       2 the month key's time to live after the month ends, ms
+--       3 time added to the rolling keys' lives, ms (0 but in tests)
+--       4 P, the number of parameter sets, then P sets of 7:
+--         the month's first instant and the next month's (µs), the second
+--         window's T and τ (µs; T 0: does not limit), the minute window's
+--         T and τ, and the monthly limit (<= 0: does not limit)
+--       then for check i (from 1), 3 arguments: '1' to count the call or
+--       '0' to peek; the seed for an absent month key, or '' when there is
+--       none yet; and the index (from 1) of its parameter set.
+-- KEYS[3i-2 .. 3i]: check i's second TAT, minute TAT and month counter.
+-- Reply: 8 integers per check, in order: allowed, secOK, secTAT, minOK,
+-- minTAT, monthOK, count, now, with the TATs after the check (>= now) and
+-- the month's count after it; or -1, now, 0... when the month key is
+-- absent and no seed was given, or -2, now, 0... when now is not in the
+-- check's month.
 local now
-if ARGV[2] ~= '' then
-  now = tonumber(ARGV[2])
+if ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
 else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local monthEnd = tonumber(ARGV[4])
-if now < tonumber(ARGV[3]) or now >= monthEnd then
-  return {-2, now}
 end
 
 local function int(x)
   return string.format('%.0f', x)
 end
 
-local count = redis.call('GET', KEYS[3])
-if count then
-  count = tonumber(count)
-elseif ARGV[5] == '' then
-  return {-1, now}
-else
-  count = tonumber(ARGV[5])
-  redis.call('SET', KEYS[3], int(count), 'PX',
-    int(math.ceil((monthEnd - now) / 1000) + tonumber(ARGV[11])))
+-- The keys' values as the checks so far left them: a check reads a key
+-- from Redis only the first time the run meets it, and the run writes
+-- each changed key once, at its end. So the checks of one account that
+-- share a run cost Redis one read and one write of each of its keys.
+-- A value is a number, or false when the key is absent.
+local cache, ttl = {}, {}
+local function get(key)
+  local v = cache[key]
+  if v == nil then
+    local r = redis.call('GET', key)
+    v = r and tonumber(r) or false
+    cache[key] = v
+  end
+  return v
+end
+-- set changes key to v, to live px ms from the end of the run.
+local function set(key, v, px)
+  cache[key] = v
+  ttl[key] = px
 end
 
 local function gcra(key, t, tau)
   if t <= 0 then
     return 1, now
   end
-  local tat = tonumber(redis.call('GET', key) or '0')
+  local tat = get(key) or 0
   if tat < now then
     tat = now
   end
@@ -54,30 +64,78 @@ local function gcra(key, t, tau)
   return 1, tat
 end
 
-local secT, minT = tonumber(ARGV[6]), tonumber(ARGV[8])
-local secOK, secTAT = gcra(KEYS[1], secT, tonumber(ARGV[7]))
-local minOK, minTAT = gcra(KEYS[2], minT, tonumber(ARGV[9]))
-local limit = tonumber(ARGV[10])
-local monthOK = 1
-if limit > 0 and count >= limit then
-  monthOK = 0
+local function put(key, tat, t, pad)
+  if t <= 0 then
+    return tat
+  end
+  tat = tat + t
+  set(key, tat, math.ceil((tat - now) / 1000) + pad)
+  return tat
 end
 
-local allowed = 0
-if secOK == 1 and minOK == 1 and monthOK == 1 then
-  allowed = 1
-  if ARGV[1] == '1' then
-    local function put(key, tat, t)
-      if t <= 0 then
-        return tat
-      end
-      tat = tat + t
-      redis.call('SET', key, int(tat), 'PX', int(math.ceil((tat - now) / 1000) + tonumber(ARGV[12])))
-      return tat
-    end
-    secTAT = put(KEYS[1], secTAT, secT)
-    minTAT = put(KEYS[2], minTAT, minT)
-    count = redis.call('INCR', KEYS[3])
-  end
+local grace, pad = tonumber(ARGV[2]), tonumber(ARGV[3])
+local sets = {}
+local nsets = tonumber(ARGV[4])
+if not nsets or nsets < 0 or #ARGV ~= 4 + 7 * nsets + #KEYS then
+  return redis.error_reply('ERR limit.lua: the arguments do not match the keys')
 end
-return {allowed, secOK, secTAT, minOK, minTAT, monthOK, count, now}
+for j = 1, nsets do
+  local b = 4 + 7 * (j - 1)
+  sets[j] = {tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]),
+    tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7])}
+end
+
+local replies = {}
+-- reply appends check i's 8 integers.
+local function reply(i, a, b, c, d, e, f, g, h)
+  local o = 8 * (i - 1)
+  replies[o + 1], replies[o + 2], replies[o + 3], replies[o + 4] = a, b, c, d
+  replies[o + 5], replies[o + 6], replies[o + 7], replies[o + 8] = e, f, g, h
+end
+
+local function check(i, sKey, mKey, moKey, mode, seed, p)
+  local monthEnd = p[2]
+  if now < p[1] or now >= monthEnd then
+    return reply(i, -2, now, 0, 0, 0, 0, 0, 0)
+  end
+  local monthTTL = math.ceil((monthEnd - now) / 1000) + grace
+  local count = get(moKey)
+  if not count then
+    if seed == '' then
+      return reply(i, -1, now, 0, 0, 0, 0, 0, 0)
+    end
+    count = tonumber(seed)
+    set(moKey, count, monthTTL)
+  end
+
+  local secT, minT = p[3], p[5]
+  local secOK, secTAT = gcra(sKey, secT, p[4])
+  local minOK, minTAT = gcra(mKey, minT, p[6])
+  local limit = p[7]
+  local monthOK = 1
+  if limit > 0 and count >= limit then
+    monthOK = 0
+  end
+
+  local allowed = 0
+  if secOK == 1 and minOK == 1 and monthOK == 1 then
+    allowed = 1
+    if mode == '1' then
+      secTAT = put(sKey, secTAT, secT, pad)
+      minTAT = put(mKey, minTAT, minT, pad)
+      count = count + 1
+      set(moKey, count, monthTTL)
+    end
+  end
+  reply(i, allowed, secOK, secTAT, minOK, minTAT, monthOK, count, now)
+end
+
+local first = 4 + 7 * nsets
+for i = 1, #KEYS / 3 do
+  local a = first + 3 * (i - 1)
+  check(i, KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], ARGV[a + 1], ARGV[a + 2], sets[tonumber(ARGV[a + 3])])
+end
+for key, px in pairs(ttl) do
+  redis.call('SET', key, int(cache[key]), 'PX', int(px))
+end
+return replies

@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -25,12 +26,15 @@ const DefaultPrefix = "cp:rl:"
 const monthKeyGrace = 24 * time.Hour
 
 // Redis is the Limiter for several nodes: its state lives in Redis and
-// each check is one Lua script, exact across every client of the server.
-// Create it with NewRedis.
+// each check is decided inside one atomic Lua script run, exact across
+// every client of the server. Create it with NewRedis.
 type Redis struct {
 	client Client
-	seed   Seed
-	prefix string
+	// cluster: keys of different accounts may live on different shards,
+	// so a script run holds the checks of one account only.
+	cluster bool
+	seed    Seed
+	prefix  string
 	// clock, when set (tests only), replaces the server's TIME.
 	clock coinpulse.Clock
 	// nodeClock is this node's clock, used only to guess the month key.
@@ -60,22 +64,41 @@ type Client interface {
 
 // scriptCall is one check waiting for its pipeline.
 type scriptCall struct {
-	keys []string
-	args []any
-	done chan *redis.Cmd // buffered: the pipeline never waits on it
+	// group: checks of one group may share a script run (same test
+	// clock reading, and on a cluster the same account).
+	group  string
+	now    string // ARGV[1] of limit.lua
+	keys   []string
+	mode   string
+	seed   string
+	params params
+	done   chan scriptReply // buffered: the pipeline never waits on it
 }
 
-// The pipelines: concurrent checks of a node travel to Redis together, up
-// to maxPipeline scripts in one write and one read, over at most pipelines
-// connections at a time. A check waits for no timer: a pipeline sends
-// whatever is waiting as soon as it is free, so the busier the node, the
-// fuller the pipelines. One pipeline measured best (bench/limits.sh: 0.53x
-// of limits off, against 0.51x with four and 0.39x with a round trip per
-// check; about 13 checks travel together at 64 connections): Redis runs
-// scripts one at a time anyway.
+// params is a parameter set of limit.lua: the month's bounds, the rolling
+// windows' T and τ, and the monthly limit. The checks of one plan in one
+// month share it, so a run sends it once.
+type params [7]int64
+
+type scriptReply struct {
+	res []int64
+	err error
+}
+
+// The pipeline: concurrent checks of a node travel to Redis together, up
+// to maxBatch checks in one write and one read, and on one Redis server in
+// one run of limit.lua, which decides them one after another. A check
+// waits for no timer: the pipeline sends whatever is waiting as soon as it
+// is free, so the busier the node, the more checks share a trip and a run
+// (bench/limits.sh: about 13 at 64 connections). Running a check costs
+// Redis far less than starting a script does, so sharing the run is what
+// keeps Redis's CPU per call low; each check is still decided atomically,
+// with all its windows, on the server's clock. bench/limits.sh measured
+// 0.39x of limits off with a round trip per check, 0.53x with one
+// pipeline of a script per check, and 0.51x with four such pipelines.
 const (
-	pipelines   = 1
-	maxPipeline = 256
+	pipelines = 1
+	maxBatch  = 256
 )
 
 type redisSeed struct {
@@ -107,8 +130,9 @@ func withClock(clock coinpulse.Clock) Option {
 // redis.UniversalClient will do.
 func NewRedis(client Client, seed Seed, opts ...Option) *Redis {
 	r := &Redis{client: client, seed: seed, prefix: DefaultPrefix, nodeClock: time.Now,
-		seeding: make(map[string]*redisSeed), calls: make(chan *scriptCall, pipelines*maxPipeline),
+		seeding: make(map[string]*redisSeed), calls: make(chan *scriptCall, pipelines*maxBatch),
 		closed: make(chan struct{})}
+	_, r.cluster = client.(*redis.ClusterClient)
 	for _, o := range opts {
 		o(r)
 	}
@@ -160,20 +184,18 @@ func (r *Redis) check(ctx context.Context, account string, l coinpulse.Limits, c
 		if attempt == 4 {
 			return coinpulse.Verdict{}, fmt.Errorf("ratelimit: %s: the month keeps changing under the check", account)
 		}
-		res, err := r.run(ctx, r.keys(account, start),
-			mode, nowArg, start.UnixMicro(), end.UnixMicro(), seed,
-			sec.t/unit, sec.tau/unit, minute.t/unit, minute.tau/unit, l.Monthly,
-			monthKeyGrace.Milliseconds(), r.ttlPad.Milliseconds(),
-		)
+		res, err := r.run(ctx, &scriptCall{now: nowArg, keys: r.keys(account, start), mode: mode, seed: seed,
+			params: params{start.UnixMicro(), end.UnixMicro(), sec.t / unit, sec.tau / unit, minute.t / unit, minute.tau / unit, l.Monthly},
+		}, account)
 		if err != nil {
 			return coinpulse.Verdict{}, fmt.Errorf("ratelimit: redis: %w", err)
 		}
 		switch {
-		case len(res) == 2 && res[0] == -2: // another month on the server's clock
+		case len(res) == 8 && res[0] == -2: // another month on the server's clock
 			start, end = monthBounds(time.UnixMicro(res[1]))
 			seed = ""
 			continue
-		case len(res) == 2 && res[0] == -1: // no state for this month yet
+		case len(res) == 8 && res[0] == -1: // no state for this month yet
 			n, err := r.seedMonth(ctx, account, start)
 			if err != nil {
 				return coinpulse.Verdict{}, err
@@ -297,15 +319,19 @@ func (r *Redis) Refund(ctx context.Context, account string, l coinpulse.Limits) 
 // errClosed is what checks get after Close.
 var errClosed = fmt.Errorf("limiter closed")
 
-// run runs limit.lua through a pipeline (see pipelines) and returns its
-// reply.
-func (r *Redis) run(ctx context.Context, keys []string, args ...any) ([]int64, error) {
+// run runs one check of limit.lua through the pipeline (see pipelines)
+// and returns its reply.
+func (r *Redis) run(ctx context.Context, c *scriptCall, account string) ([]int64, error) {
 	r.startOnce.Do(func() {
 		for range pipelines {
 			go r.pipeline()
 		}
 	})
-	c := &scriptCall{keys: keys, args: args, done: make(chan *redis.Cmd, 1)}
+	c.group = c.now
+	if r.cluster {
+		c.group += "/" + account
+	}
+	c.done = make(chan scriptReply, 1)
 	select {
 	case r.calls <- c:
 	case <-r.closed:
@@ -314,8 +340,8 @@ func (r *Redis) run(ctx context.Context, keys []string, args ...any) ([]int64, e
 		return nil, ctx.Err()
 	}
 	select {
-	case cmd := <-c.done:
-		return cmd.Int64Slice()
+	case rep := <-c.done:
+		return rep.res, rep.err
 	case <-r.closed:
 		return nil, errClosed
 	case <-ctx.Done():
@@ -325,7 +351,7 @@ func (r *Redis) run(ctx context.Context, keys []string, args ...any) ([]int64, e
 
 // pipeline sends the waiting checks together until Close.
 func (r *Redis) pipeline() {
-	batch := make([]*scriptCall, 0, maxPipeline)
+	batch := make([]*scriptCall, 0, maxBatch)
 	for {
 		select {
 		case <-r.closed:
@@ -334,7 +360,7 @@ func (r *Redis) pipeline() {
 			batch = append(batch[:0], first)
 		}
 	fill:
-		for len(batch) < maxPipeline {
+		for len(batch) < maxBatch {
 			select {
 			case c := <-r.calls:
 				batch = append(batch, c)
@@ -349,21 +375,40 @@ func (r *Redis) pipeline() {
 // pipelineTimeout bounds one pipeline's round trip.
 const pipelineTimeout = 5 * time.Second
 
-// send runs batch's scripts in one pipeline and hands each its reply. The
-// scripts go by SHA; if the server does not know the script (a restart, a
-// SCRIPT FLUSH), it is loaded and the refused ones are sent again.
+// send runs batch's checks in one pipeline, a script run per group, and
+// hands each check its reply. The script goes by SHA; if the server does
+// not know it (a restart, a SCRIPT FLUSH), it is loaded and the refused
+// runs are sent again.
 func (r *Redis) send(batch []*scriptCall) {
+	// The groups, in order of their first check.
+	var groups [][]*scriptCall
+	if allOneGroup(batch) {
+		groups = [][]*scriptCall{batch}
+	} else {
+		at := make(map[string]int)
+		for _, c := range batch {
+			i, ok := at[c.group]
+			if !ok {
+				i = len(groups)
+				at[c.group] = i
+				groups = append(groups, nil)
+			}
+			groups[i] = append(groups[i], c)
+		}
+	}
+
 	ctx, cancel := context.WithTimeout(context.Background(), pipelineTimeout)
 	defer cancel()
-	cmds := make([]*redis.Cmd, len(batch))
+	cmds := make([]*redis.IntSliceCmd, len(groups))
 	exec := func(which []int) {
 		pipe := r.client.Pipeline()
 		for _, i := range which {
-			cmds[i] = limitScript.EvalSha(ctx, pipe, batch[i].keys, batch[i].args...)
+			cmds[i] = r.evalSha(groups[i])
+			_ = pipe.Process(ctx, cmds[i])
 		}
 		_, _ = pipe.Exec(ctx) // each command carries its own error
 	}
-	all := make([]int, len(batch))
+	all := make([]int, len(groups))
 	for i := range all {
 		all[i] = i
 	}
@@ -377,9 +422,59 @@ func (r *Redis) send(batch []*scriptCall) {
 	if len(again) > 0 && limitScript.Load(ctx, r.client).Err() == nil {
 		exec(again)
 	}
-	for i, c := range batch {
-		c.done <- cmds[i]
+	for i, g := range groups {
+		res, err := cmds[i].Result()
+		if err == nil && len(res) != 8*len(g) {
+			err = fmt.Errorf("%d integers in the reply to %d checks", len(res), len(g))
+		}
+		for j, c := range g {
+			if err != nil {
+				c.done <- scriptReply{err: err}
+				continue
+			}
+			c.done <- scriptReply{res: res[8*j : 8*j+8 : 8*j+8]}
+		}
 	}
+}
+
+// evalSha returns the EVALSHA of limit.lua that runs the checks of g.
+// The reply is read as integers straight away.
+func (r *Redis) evalSha(g []*scriptCall) *redis.IntSliceCmd {
+	sets := make([]params, 0, 1)
+	index := make([]int, len(g)) // of each check's set, from 1
+	for j, c := range g {
+		k := slices.Index(sets, c.params)
+		if k < 0 {
+			k = len(sets)
+			sets = append(sets, c.params)
+		}
+		index[j] = k + 1
+	}
+	args := make([]any, 0, 7+6*len(g)+7*len(sets))
+	args = append(args, "evalsha", limitScript.Hash(), 3*len(g))
+	for _, c := range g {
+		args = append(args, c.keys[0], c.keys[1], c.keys[2])
+	}
+	args = append(args, g[0].now, monthKeyGrace.Milliseconds(), r.ttlPad.Milliseconds(), len(sets))
+	for _, p := range sets {
+		for _, x := range p {
+			args = append(args, x)
+		}
+	}
+	for j, c := range g {
+		args = append(args, c.mode, c.seed, index[j])
+	}
+	return redis.NewIntSliceCmd(context.Background(), args...)
+}
+
+// allOneGroup reports whether every check of batch is in the same group.
+func allOneGroup(batch []*scriptCall) bool {
+	for _, c := range batch[1:] {
+		if c.group != batch[0].group {
+			return false
+		}
+	}
+	return true
 }
 
 // Close stops the limiter's pipelines: checks waiting and checks after it

@@ -273,3 +273,55 @@ func TestRedisScriptFlushedAndClose(t *testing.T) {
 		t.Fatalf("Allow after Close: %v (context %v), want an immediate error", err, tctx.Err())
 	}
 }
+
+// Concurrent checks of many accounts share script runs (one run per trip
+// on one server, one per account and trip on a cluster) and stay exact
+// per account: each of 20 accounts with K monthly calls left admits
+// exactly K of its 4K interleaved calls, with peeks mixed in.
+func TestRedisSharedRunsManyAccounts(t *testing.T) {
+	for _, cluster := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cluster=%v", cluster), func(t *testing.T) {
+			c := newTestClient(t)
+			lim := NewRedis(c, nil, WithPrefix(testPrefix(t)))
+			lim.cluster = cluster // a single server takes cross-slot runs too; this only groups
+			defer lim.Close()
+			const accounts, k = 20, 25
+			l := coinpulse.Limits{PerSecond: 1000000, PerMinute: 10000000, Monthly: k}
+			ctx := context.Background()
+			type res struct {
+				account int
+				allowed bool
+				err     error
+			}
+			out := make(chan res, accounts*4*k)
+			for i := range accounts * 4 * k {
+				a := i % accounts
+				go func() {
+					if i%7 == 0 {
+						if _, err := lim.Peek(ctx, fmt.Sprint("acct-", a), l); err != nil {
+							out <- res{a, false, err}
+							return
+						}
+					}
+					v, err := lim.Allow(ctx, fmt.Sprint("acct-", a), l)
+					out <- res{a, v.Allowed, err}
+				}()
+			}
+			admitted := make([]int, accounts)
+			for range accounts * 4 * k {
+				r := <-out
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				if r.allowed {
+					admitted[r.account]++
+				}
+			}
+			for a, n := range admitted {
+				if n != k {
+					t.Errorf("account %d: %d of %d calls admitted, want %d", a, n, 4*k, k)
+				}
+			}
+		})
+	}
+}
