@@ -14,6 +14,8 @@ import (
 	"coinpulse"
 	"coinpulse/internal/ledger"
 	"coinpulse/internal/market"
+	"coinpulse/internal/meter"
+	"coinpulse/internal/ratelimit"
 )
 
 // discard is a ResponseWriter that keeps nothing, so the benchmark measures
@@ -161,4 +163,39 @@ func ownerOfKey(b *testing.B, key string) coinpulse.Owner {
 		b.Fatal(err)
 	}
 	return coinpulse.Owner{UserID: k.UserID, Mode: k.Mode}
+}
+
+// BenchmarkGlobalLimited is BenchmarkGlobal with rate limits (in process)
+// and metering on, for an enterprise key whose figures never throttle:
+// the difference between the two is what limits and metering cost a call.
+func BenchmarkGlobalLimited(b *testing.B) {
+	t := &testing.T{}
+	plans := plansWith(coinpulse.TierEnterprise, func(p *coinpulse.Plan) {
+		p.PerSecond, p.PerMinute, p.MonthlyCalls = 100_000_000, 100_000_000, coinpulse.Unlimited
+	})
+	base := testServer(t)
+	m := meter.New(shared.store, quiet, meter.Options{Interval: 100 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go m.Run(ctx)
+	defer m.Close(context.Background())
+	srv := New(Config{
+		Store: shared.store, Market: base.market, Log: quiet, Plans: plans,
+		Limiter: ratelimit.NewMemory(time.Now, nil), Meter: m,
+	})
+	key, _ := newKey(t, newUser(t, coinpulse.TierEnterprise, nil), coinpulse.ModeLive, rw, nil)
+	h := srv.Handler()
+	req := httptest.NewRequest("GET", "/api/v1/markets/global", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	w := &discard{h: http.Header{}}
+	h.ServeHTTP(w, req)
+	if w.h.Get("X-RateLimit-Limit") == "" {
+		b.Fatal("no X-RateLimit-Limit: limits are off")
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		clear(w.h)
+		h.ServeHTTP(w, req)
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"coinpulse"
@@ -127,42 +126,29 @@ func setRateHeaders(h http.Header, v *coinpulse.Verdict, now time.Time) {
 	if w.Reset.After(time.Unix(resetAt, 0)) {
 		resetAt++ // round up: a client that waits until then finds the window whole
 	}
-	remaining := numberValue(w.Remaining)
-	h["X-Ratelimit-Limit"] = numberValue(w.Limit)
-	h["X-Ratelimit-Remaining"] = remaining
-	h["X-Ratelimit-Reset"] = numberValue(max(resetAt, now.Unix()))
-	h["Ratelimit"] = []string{`"` + string(w.Window) + `";r=` + remaining[0] + ";t=" + numberValue(reset)[0]}
+	// The four values that change from call to call share one string and
+	// one backing array: two allocations a call.
+	var buf [128]byte
+	b := buf[:0]
+	var ends [4]int
+	for i, n := range [3]int64{w.Limit, w.Remaining, max(resetAt, now.Unix())} {
+		b = strconv.AppendInt(b, n, 10)
+		ends[i] = len(b)
+	}
+	b = append(b, '"')
+	b = append(b, w.Window...)
+	b = append(b, `";r=`...)
+	b = append(b, buf[ends[0]:ends[1]]...)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, reset, 10)
+	ends[3] = len(b)
+	str, vals := string(b), new([4]string)
+	vals[0], vals[1], vals[2], vals[3] = str[:ends[0]], str[ends[0]:ends[1]], str[ends[1]:ends[2]], str[ends[2]:]
+	h["X-Ratelimit-Limit"] = vals[0:1:1]
+	h["X-Ratelimit-Remaining"] = vals[1:2:2]
+	h["X-Ratelimit-Reset"] = vals[2:3:3]
+	h["Ratelimit"] = vals[3:4:4]
 	h["Ratelimit-Policy"] = policyValue(v, now)
-}
-
-// smallNumbers are the header values of 0 to 1,000, made once.
-var smallNumbers = func() (out [1001][]string) {
-	for i := range out {
-		out[i] = []string{strconv.Itoa(i)}
-	}
-	return out
-}()
-
-// lastNumber keeps the last large value formatted (a Unix time, mostly).
-var lastNumber atomic.Pointer[numberCache]
-
-type numberCache struct {
-	n int64
-	v []string
-}
-
-// numberValue returns n as a header value. The slice is shared: never
-// change it.
-func numberValue(n int64) []string {
-	if n >= 0 && n < int64(len(smallNumbers)) {
-		return smallNumbers[n]
-	}
-	if c := lastNumber.Load(); c != nil && c.n == n {
-		return c.v
-	}
-	c := &numberCache{n, []string{strconv.FormatInt(n, 10)}}
-	lastNumber.Store(c)
-	return c.v
 }
 
 // policyKey is what a RateLimit-Policy value depends on.
