@@ -552,6 +552,20 @@ func TestBrowserDashboard(t *testing.T) {
 	}
 	b.screenshot("dashboard-after-call")
 
+	// On a phone (390 × 844, touch): the page does not scroll sideways, and
+	// the key's row, its Revoke button included, fits the screen.
+	b.do("phone viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))
+	b.load("reload", chromedp.Reload())
+	if w, sw := js[float64](b, "window.innerWidth"), js[float64](b, "document.documentElement.scrollWidth"); sw > w {
+		t.Errorf("on a phone the page is %.0f px wide in a %.0f px window", sw, w)
+	}
+	if r := js[map[string]float64](b, fmt.Sprintf(`(() => { const r = document.querySelector("#revoke-%s").getBoundingClientRect(); return {left: r.left, right: r.right, width: r.width} })()`, keyID)); r["width"] == 0 || r["left"] < 0 || r["right"] > 390 {
+		t.Errorf("on a phone the Revoke button is at %v, not within the 390 px screen", r)
+	}
+	b.screenshot("dashboard-phone")
+	b.do("desktop viewport", chromedp.EmulateReset())
+	b.load("reload", chromedp.Reload())
+
 	// Revoke it, confirming; the next call is refused.
 	b.click("#revoke-"+keyID, "/user/api/keys/"+keyID+"/revoke")
 	b.screenshot("revoke-confirm")
