@@ -467,18 +467,20 @@ func (nopStore) RecordCalls(context.Context, []coinpulse.Call) error { return ni
 // BenchmarkRecord measures the hot path: one call into the queue, drained
 // by Run into a store that does nothing; dropped/op should be 0.
 func BenchmarkRecord(b *testing.B) {
-	m := meter.New(nopStore{}, slog.New(slog.DiscardHandler), meter.Options{})
+	// A short Interval, so that the batcher writes what it holds within
+	// milliseconds and the wait below is short.
+	m := meter.New(nopStore{}, slog.New(slog.DiscardHandler), meter.Options{Interval: 10 * time.Millisecond})
 	go m.Run(b.Context())
 	c := call(&coinpulse.APIKey{ID: 1, UserID: 1, Mode: coinpulse.ModeLive}, 1)
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
 		m.Record(c)
-		// Let the batcher catch up now and then, off the clock, so that
-		// the queue never fills: this measures enqueuing, not dropping.
-		if i++; i%4096 == 0 && m.Pending() > meter.DefaultQueueSize/2 {
+		// Let the batcher empty the queue now and then, off the clock, so
+		// that it never fills: this measures enqueuing, not dropping.
+		if i++; i%(meter.DefaultQueueSize/2) == 0 {
 			b.StopTimer()
-			for m.Pending() > 4*meter.DefaultMaxBatch {
+			for m.Pending() > 0 {
 				time.Sleep(100 * time.Microsecond)
 			}
 			b.StartTimer()
