@@ -167,24 +167,33 @@ func ownerOfKey(b *testing.B, key string) coinpulse.Owner {
 	return coinpulse.Owner{UserID: k.UserID, Mode: k.Mode}
 }
 
+// limitedBenchServer is the test server with rate limits (in process) and
+// metering on, and enterprise figures that never throttle; the meter stops
+// when b ends.
+func limitedBenchServer(b *testing.B) *Server {
+	plans := plansWith(coinpulse.TierEnterprise, func(p *coinpulse.Plan) {
+		p.PerSecond, p.PerMinute, p.MonthlyCalls = 100_000_000, 100_000_000, coinpulse.Unlimited
+	})
+	base := testServer(&testing.T{})
+	m := meter.New(shared.store, quiet, meter.Options{Interval: 100 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	go m.Run(ctx)
+	b.Cleanup(func() {
+		m.Close(context.Background())
+		cancel()
+	})
+	return New(Config{
+		Store: shared.store, Market: base.market, Log: quiet, Plans: plans,
+		Limiter: ratelimit.NewMemory(time.Now, nil), Meter: m,
+	})
+}
+
 // BenchmarkGlobalLimited is BenchmarkGlobal with rate limits (in process)
 // and metering on, for an enterprise key whose figures never throttle:
 // the difference between the two is what limits and metering cost a call.
 func BenchmarkGlobalLimited(b *testing.B) {
 	t := &testing.T{}
-	plans := plansWith(coinpulse.TierEnterprise, func(p *coinpulse.Plan) {
-		p.PerSecond, p.PerMinute, p.MonthlyCalls = 100_000_000, 100_000_000, coinpulse.Unlimited
-	})
-	base := testServer(t)
-	m := meter.New(shared.store, quiet, meter.Options{Interval: 100 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go m.Run(ctx)
-	defer m.Close(context.Background())
-	srv := New(Config{
-		Store: shared.store, Market: base.market, Log: quiet, Plans: plans,
-		Limiter: ratelimit.NewMemory(time.Now, nil), Meter: m,
-	})
+	srv := limitedBenchServer(b)
 	key, _ := newKey(t, newUser(t, coinpulse.TierEnterprise, nil), coinpulse.ModeLive, rw, nil)
 	h := srv.Handler()
 	req := httptest.NewRequest("GET", "/api/v1/markets/global", nil)
@@ -199,6 +208,75 @@ func BenchmarkGlobalLimited(b *testing.B) {
 	for b.Loop() {
 		clear(w.h)
 		h.ServeHTTP(w, req)
+	}
+}
+
+// headerWork is a ResponseWriter that does to the header map what
+// net/http does for every answer, and nothing else: a fresh map per
+// request, a Clone when the handler writes the header after asking for
+// the map, and Header.Write with its sort. With it the difference between
+// BenchmarkGlobalServed's two cases is what limits and metering cost a
+// call, net/http's part included (bench/README.md, limits).
+type headerWork struct {
+	h, sent http.Header
+	out     *bufio.Writer
+}
+
+func (w *headerWork) Header() http.Header { return w.h }
+func (w *headerWork) WriteHeader(int) {
+	if w.sent == nil {
+		w.sent = w.h.Clone()
+	}
+}
+func (w *headerWork) Write(b []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	return len(b), nil
+}
+
+func (w *headerWork) serve(h http.Handler, req *http.Request) {
+	w.h, w.sent = make(http.Header), nil
+	h.ServeHTTP(w, req)
+	w.sent.Write(w.out)
+	w.out.Reset(io.Discard)
+}
+
+// BenchmarkGlobalServed is BenchmarkGlobal ("off") against
+// BenchmarkGlobalLimited ("limited"), both through headerWork, and
+// between them "off+headers": the server without limits, with five fixed
+// values under the rate-limit headers' names set before it runs, which is
+// what those five map entries alone cost.
+func BenchmarkGlobalServed(b *testing.B) {
+	t := &testing.T{}
+	fixed := []string{"1"}
+	for _, name := range []string{"off", "off+headers", "limited"} {
+		srv, key := testServer(t), proKey(t)
+		h := srv.Handler()
+		switch name {
+		case "off+headers":
+			off := h
+			h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				hdr := w.Header()
+				hdr["X-Ratelimit-Limit"], hdr["X-Ratelimit-Remaining"], hdr["X-Ratelimit-Reset"] = fixed, fixed, fixed
+				hdr["Ratelimit"], hdr["Ratelimit-Policy"] = fixed, fixed
+				off.ServeHTTP(w, r)
+			})
+		case "limited":
+			h = limitedBenchServer(b).Handler()
+			key, _ = newKey(t, newUser(t, coinpulse.TierEnterprise, nil), coinpulse.ModeLive, rw, nil)
+		}
+		b.Run(name, func(b *testing.B) {
+			req := httptest.NewRequest("GET", "/api/v1/markets/global", nil)
+			req.Header.Set("Authorization", "Bearer "+key)
+			w := &headerWork{out: bufio.NewWriter(io.Discard)}
+			w.serve(h, req)
+			if got := w.sent.Get("X-RateLimit-Limit"); (got != "") != (name != "off") || len(w.sent) != 10 && name != "off" {
+				b.Fatalf("%s: X-RateLimit-Limit %q, %d header entries", name, got, len(w.sent))
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				w.serve(h, req)
+			}
+		})
 	}
 }
 

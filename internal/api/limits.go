@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"coinpulse"
@@ -30,8 +31,27 @@ func windowSeconds(w coinpulse.Window, now time.Time) int64 {
 	case coinpulse.WindowMinute:
 		return 60
 	}
+	return monthSeconds(now)
+}
+
+// monthSpan is a calendar month in Unix seconds, and its length.
+type monthSpan struct{ start, end int64 }
+
+// lastMonth caches the month monthSeconds last computed: every keyed call
+// asks, and the calendar arithmetic costs more than the rest of the
+// headers.
+var lastMonth atomic.Pointer[monthSpan]
+
+// monthSeconds is the length in seconds of now's calendar month (UTC).
+func monthSeconds(now time.Time) int64 {
+	u := now.Unix()
+	if m := lastMonth.Load(); m != nil && u >= m.start && u < m.end {
+		return m.end - m.start
+	}
 	start := coinpulse.MonthStart(now)
-	return int64(start.AddDate(0, 1, 0).Sub(start) / time.Second)
+	m := &monthSpan{start: start.Unix(), end: start.AddDate(0, 1, 0).Unix()}
+	lastMonth.Store(m)
+	return m.end - m.start
 }
 
 // limit holds a keyed call to its account's limits: the plan's allowance

@@ -319,3 +319,21 @@ func atoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+// TestMonthSeconds checks the cached month length against the calendar,
+// in an order that leaves and re-enters months (an injected clock may go
+// back) and crosses a leap February.
+func TestMonthSeconds(t *testing.T) {
+	for _, at := range []string{
+		"2024-02-10T00:00:00Z", "2024-02-29T23:59:59Z", "2024-03-01T00:00:00Z",
+		"2024-02-01T00:00:00Z", "2023-02-15T12:00:00Z", "2026-12-31T23:59:59Z",
+		"2027-01-01T00:00:00Z", "2026-11-30T23:59:59Z", "2026-11-30T23:59:59Z",
+	} {
+		now, _ := time.Parse(time.RFC3339, at)
+		start := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+		want := int64(start.AddDate(0, 1, 0).Sub(start) / time.Second)
+		if got := monthSeconds(now); got != want {
+			t.Errorf("monthSeconds(%s) = %d, want %d (%d days)", at, got, want, want/86400)
+		}
+	}
+}
