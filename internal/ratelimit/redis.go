@@ -48,6 +48,9 @@ type Redis struct {
 	mu      sync.Mutex
 	seeding map[string]*redisSeed
 
+	// keyCache holds each account's *accountKeys; see keys.
+	keyCache sync.Map
+
 	// calls are the checks waiting for a pipeline; see pipeline.
 	calls     chan *scriptCall
 	closed    chan struct{}
@@ -149,15 +152,31 @@ func (r *Redis) Peek(ctx context.Context, account string, l coinpulse.Limits) (c
 	return r.check(ctx, account, l, false)
 }
 
+// accountKeys are an account's keys for one month.
+type accountKeys struct {
+	month int64 // the month's start, Unix seconds
+	keys  []string
+}
+
 // keys returns the keys of account's windows for the month starting at
-// monthStart.
+// monthStart. They are kept per account (one entry per account checked,
+// as the in-process limiter keeps), since building them costs more than
+// the rest of a check on this side; callers only read them.
 func (r *Redis) keys(account string, monthStart time.Time) []string {
+	month := monthStart.Unix()
+	if v, ok := r.keyCache.Load(account); ok {
+		if k := v.(*accountKeys); k.month == month {
+			return k.keys
+		}
+	}
 	base := r.prefix + "{" + account + "}:"
-	return []string{
+	k := &accountKeys{month: month, keys: []string{
 		base + "s",
 		base + "m",
 		base + "mo:" + monthStart.Format("200601"),
-	}
+	}}
+	r.keyCache.Store(account, k)
+	return k.keys
 }
 
 func (r *Redis) check(ctx context.Context, account string, l coinpulse.Limits, commit bool) (coinpulse.Verdict, error) {
