@@ -71,12 +71,15 @@ type scriptCall struct {
 	// clock reading, and on a cluster the same account).
 	group  string
 	now    string // ARGV[1] of limit.lua
-	keys   []string
-	mode   string
+	keys   *accountKeys
+	mode   any // argCommit or argPeek
 	seed   string
 	params params
 	done   chan scriptReply // buffered: the pipeline never waits on it
 }
+
+// The mode argument of limit.lua: count the call, or only look.
+var argCommit, argPeek any = "1", "0"
 
 // params is a parameter set of limit.lua: the month's bounds, the rolling
 // windows' T and τ, and the monthly limit. The checks of one plan in one
@@ -152,21 +155,23 @@ func (r *Redis) Peek(ctx context.Context, account string, l coinpulse.Limits) (c
 	return r.check(ctx, account, l, false)
 }
 
-// accountKeys are an account's keys for one month.
+// accountKeys are an account's keys for one month, also as the script's
+// arguments (a string put in an interface is an allocation).
 type accountKeys struct {
 	month int64 // the month's start, Unix seconds
 	keys  []string
+	args  [3]any
 }
 
 // keys returns the keys of account's windows for the month starting at
 // monthStart. They are kept per account (one entry per account checked,
 // as the in-process limiter keeps), since building them costs more than
 // the rest of a check on this side; callers only read them.
-func (r *Redis) keys(account string, monthStart time.Time) []string {
+func (r *Redis) keys(account string, monthStart time.Time) *accountKeys {
 	month := monthStart.Unix()
 	if v, ok := r.keyCache.Load(account); ok {
 		if k := v.(*accountKeys); k.month == month {
-			return k.keys
+			return k
 		}
 	}
 	base := r.prefix + "{" + account + "}:"
@@ -175,8 +180,9 @@ func (r *Redis) keys(account string, monthStart time.Time) []string {
 		base + "m",
 		base + "mo:" + monthStart.Format("200601"),
 	}}
+	k.args = [3]any{k.keys[0], k.keys[1], k.keys[2]}
 	r.keyCache.Store(account, k)
-	return k.keys
+	return k
 }
 
 func (r *Redis) check(ctx context.Context, account string, l coinpulse.Limits, commit bool) (coinpulse.Verdict, error) {
@@ -193,9 +199,9 @@ func (r *Redis) check(ctx context.Context, account string, l coinpulse.Limits, c
 	const unit = int64(time.Microsecond)
 	sec := newRate(int64(l.PerSecond), secondNS, unit)
 	minute := newRate(int64(l.PerMinute), minuteNS, unit)
-	mode := "0"
+	mode := argPeek
 	if commit {
-		mode = "1"
+		mode = argCommit
 	}
 	start, end := monthBounds(now)
 	seed := ""
@@ -329,7 +335,7 @@ func (r *Redis) Refund(ctx context.Context, account string, l coinpulse.Limits) 
 	start, _ := monthBounds(now)
 	sec := newRate(int64(l.PerSecond), secondNS, unit)
 	minute := newRate(int64(l.PerMinute), minuteNS, unit)
-	if err := refundScript.Run(ctx, r.client, r.keys(account, start), sec.t/unit, minute.t/unit).Err(); err != nil {
+	if err := refundScript.Run(ctx, r.client, r.keys(account, start).keys, sec.t/unit, minute.t/unit).Err(); err != nil {
 		return fmt.Errorf("ratelimit: redis refund: %w", err)
 	}
 	return nil
@@ -472,7 +478,7 @@ func (r *Redis) evalSha(g []*scriptCall) *redis.IntSliceCmd {
 	args := make([]any, 0, 7+6*len(g)+7*len(sets))
 	args = append(args, "evalsha", limitScript.Hash(), 3*len(g))
 	for _, c := range g {
-		args = append(args, c.keys[0], c.keys[1], c.keys[2])
+		args = append(args, c.keys.args[:]...)
 	}
 	args = append(args, g[0].now, monthKeyGrace.Milliseconds(), r.ttlPad.Milliseconds(), len(sets))
 	for _, p := range sets {
