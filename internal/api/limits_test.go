@@ -329,7 +329,10 @@ func TestMonthSeconds(t *testing.T) {
 		"2024-02-01T00:00:00Z", "2023-02-15T12:00:00Z", "2026-12-31T23:59:59Z",
 		"2027-01-01T00:00:00Z", "2026-11-30T23:59:59Z", "2026-11-30T23:59:59Z",
 	} {
-		now, _ := time.Parse(time.RFC3339, at)
+		now, err := time.Parse(time.RFC3339, at)
+		if err != nil {
+			t.Fatal(err)
+		}
 		start := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
 		want := int64(start.AddDate(0, 1, 0).Sub(start) / time.Second)
 		if got := monthSeconds(now); got != want {
