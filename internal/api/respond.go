@@ -141,6 +141,15 @@ var (
 	hdrJSON = []string{"application/json; charset=utf-8"}
 )
 
+// smallBody is the most net/http buffers before it commits to a response
+// (its bufferBeforeChunkingSize): a body of at most this size, written in
+// one Write by a handler that then returns, gets its Content-Length from
+// net/http itself, outside the header map. Leaving the entry out of the map
+// saves each such answer a map entry, which counts: past 8 entries Go's map
+// allocates a table, and net/http clones and sorts the map (bench/README.md,
+// limits). Larger bodies set it, or net/http would send them chunked.
+const smallBody = 2048
+
 // writeRaw writes a success envelope around already-encoded data.
 func writeRaw(w http.ResponseWriter, status int, data []byte, meta *Meta) error {
 	buf := bufPool.Get().(*bytes.Buffer)
@@ -153,7 +162,9 @@ func writeRaw(w http.ResponseWriter, status int, data []byte, meta *Meta) error 
 	buf.WriteString("}\n")
 	h := w.Header()
 	h["Content-Type"] = hdrJSON
-	h["Content-Length"] = []string{strconv.Itoa(buf.Len())}
+	if buf.Len() > smallBody {
+		h["Content-Length"] = []string{strconv.Itoa(buf.Len())}
+	}
 	w.WriteHeader(status)
 	_, err := w.Write(buf.Bytes())
 	return err

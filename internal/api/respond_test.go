@@ -2,6 +2,10 @@ package api
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -39,4 +43,39 @@ func FuzzMetaQuery(f *testing.F) {
 			t.Fatalf("query %q:\n got %s\nwant %s", q, got, want)
 		}
 	})
+}
+
+// Every success envelope reaches the client with a Content-Length, never
+// chunked: small bodies get it from net/http, larger ones from writeRaw.
+func TestWriteRawContentLength(t *testing.T) {
+	// The envelope around data: {"success":true,"data":…,"meta":…}\n.
+	envelope := len(`{"success":true,"data":,"meta":{"timestamp":"t","request_id":"r"}}`) + 1
+	for _, n := range []int{0, 100, smallBody - 1, smallBody, smallBody + 1, 64 << 10} {
+		// A JSON string whose envelope is n bytes.
+		data, _ := json.Marshal(strings.Repeat("x", max(n-envelope-2, 0)))
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			m := Meta{Timestamp: "t", RequestID: "r"}
+			if err := writeRaw(w, http.StatusOK, data, &m); err != nil {
+				t.Error(err)
+			}
+		}))
+		for _, method := range []string{"GET", "HEAD"} {
+			req, _ := http.NewRequest(method, srv.URL, nil)
+			res, err := srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			want := envelope + len(data)
+			if method == "GET" && len(body) != want {
+				t.Errorf("%s of %d bytes: read %d bytes, want %d", method, n, len(body), want)
+			}
+			if res.ContentLength != int64(want) || len(res.TransferEncoding) > 0 {
+				t.Errorf("%s of %d bytes: Content-Length %d, Transfer-Encoding %v; want %d and none",
+					method, n, res.ContentLength, res.TransferEncoding, want)
+			}
+		}
+		srv.Close()
+	}
 }
