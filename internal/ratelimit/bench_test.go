@@ -100,3 +100,26 @@ func BenchmarkRedisAllowParallel(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkRedisAllowRequests is the Redis limiter as the API server uses
+// it: many concurrent checks of one account (a busy key), each with its
+// own cancellable context, as an HTTP request's is.
+func BenchmarkRedisAllowRequests(b *testing.B) {
+	lim := NewRedis(newTestClient(b), nil, WithPrefix(testPrefix(b)))
+	base := context.Background()
+	if _, err := lim.Allow(base, acct, benchLimits); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.SetParallelism(32)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			ctx, cancel := context.WithCancel(base)
+			v, err := lim.Allow(ctx, acct, benchLimits)
+			cancel()
+			if err != nil || !v.Allowed {
+				b.Fatal(v, err)
+			}
+		}
+	})
+}

@@ -357,20 +357,27 @@ func (r *Redis) run(ctx context.Context, c *scriptCall, account string) ([]int64
 		c.group += "/" + account
 	}
 	c.done = make(chan scriptReply, 1)
+	// A select costs a lock per channel it names, and asking an HTTP
+	// request's context for Done makes it a channel to close: the common
+	// case, a queue with room, takes one.
 	select {
 	case r.calls <- c:
-	case <-r.closed:
-		return nil, errClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	default:
+		select {
+		case r.calls <- c:
+		case <-r.closed:
+			return nil, errClosed
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
+	// Once queued, the check waits for its reply whatever ctx says: the
+	// pipeline answers every check it takes within pipelineTimeout.
 	select {
 	case rep := <-c.done:
 		return rep.res, rep.err
 	case <-r.closed:
 		return nil, errClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
 	}
 }
 

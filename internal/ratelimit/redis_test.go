@@ -325,3 +325,39 @@ func TestRedisSharedRunsManyAccounts(t *testing.T) {
 		})
 	}
 }
+
+// A check whose context ends once it is queued is still decided and
+// answered: the caller never gets an error for a call Redis counted.
+func TestRedisCancelledContextGetsItsVerdict(t *testing.T) {
+	lim := NewRedis(newTestClient(t), nil, WithPrefix(testPrefix(t)))
+	defer lim.Close()
+	l := coinpulse.Limits{PerSecond: 1000000, PerMinute: 10000000, Monthly: 1000}
+	if _, err := lim.Allow(context.Background(), "acct-1", l); err != nil {
+		t.Fatal(err)
+	}
+	const n = 100
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel() // as when the client hangs up while the check is under way
+			v, err := lim.Allow(ctx, "acct-1", l)
+			if err == nil && !v.Allowed {
+				err = fmt.Errorf("refused: %+v", v)
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatalf("Allow with a cancelled context: %v", err)
+		}
+	}
+	v, err := lim.Peek(context.Background(), "acct-1", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := v.Windows[2].Remaining; got != 1000-1-n {
+		t.Fatalf("month remaining %d, want %d: every call answered was counted, and no other", got, 1000-1-n)
+	}
+}
