@@ -400,7 +400,10 @@ verdict() { # verdict VALUE OP LIMIT
 		print ok ? "met" : "MISSED"
 	}'
 }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+# ratio A B: A/B to 3 decimals, for reading; verdicts take exact_ratio,
+# so that 0.8959 is not a 0.90 that meets a goal of 0.9.
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
+exact_ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.9f", a / b }'; }
 # per_k TICKS RUN: CPU ms per 1,000 requests of run RUN.
 per_k() {
 	awk -v t="$1" -v hz="$CLK_TCK" -v n="$(wrk_reqs "$TMP/wrk-$2.txt")" 'BEGIN { printf "%.1f", t / hz * 1000 / n * 1000 }'
@@ -418,8 +421,8 @@ for cfg in "${CONFIGS[@]}"; do
 done
 R_MEM=$(ratio "${RPS[memory]}" "${RPS[off]}")
 R_RDS=$(ratio "${RPS[redis]}" "${RPS[off]}")
-G_MEM=$(verdict "$R_MEM" '>=' "$GOAL_MEMORY")
-G_RDS=$(verdict "$R_RDS" '>=' "$GOAL_REDIS")
+G_MEM=$(verdict "$(exact_ratio "${RPS[memory]}" "${RPS[off]}")" '>=' "$GOAL_MEMORY")
+G_RDS=$(verdict "$(exact_ratio "${RPS[redis]}" "${RPS[off]}")" '>=' "$GOAL_REDIS")
 G_NS=$(awk -v n="$MEM_NS" -v a="$MEM_ALLOCS" 'BEGIN { print (n + 0 < 1000 && a + 0 == 0) ? "met" : "MISSED" }')
 
 {
@@ -434,14 +437,14 @@ G_NS=$(awk -v n="$MEM_NS" -v a="$MEM_ALLOCS" 'BEGIN { print (n + 0 < 1000 && a +
 	echo
 	printf '%-40s %16s %16s %16s\n' "throughput (-c$CONNS)" "limits off" "in-process" "Redis"
 	printf '%-40s %16s %16s %16s\n' "  requests/s (best of $ROUNDS)" "${RPS[off]}" "${RPS[memory]}" "${RPS[redis]}"
-	printf '%-40s %16s %16s %16s\n' "  ratio to limits off" "1.00" "$R_MEM" "$R_RDS"
+	printf '%-40s %16s %16s %16s\n' "  ratio to limits off" "1.000" "$R_MEM" "$R_RDS"
 	for r in $(seq "$ROUNDS"); do
 		row=()
 		for cfg in "${CONFIGS[@]}"; do row+=("$(wrk_rps "$TMP/wrk-$cfg-$r.txt") ($(cat "$TMP/other-$cfg-$r.txt"))"); done
 		printf '%-40s %16s %16s %16s\n' "  requests/s run $r (other load, cores)" "${row[@]}"
 	done
 	for r in $(seq "$ROUNDS"); do
-		printf '%-40s %16s %16s %16s\n' "  ratio to off, round $r" "1.00" \
+		printf '%-40s %16s %16s %16s\n' "  ratio to off, round $r" "1.000" \
 			"$(ratio "$(wrk_rps "$TMP/wrk-memory-$r.txt")" "$(wrk_rps "$TMP/wrk-off-$r.txt")")" \
 			"$(ratio "$(wrk_rps "$TMP/wrk-redis-$r.txt")" "$(wrk_rps "$TMP/wrk-off-$r.txt")")"
 	done
