@@ -358,8 +358,9 @@ func (r *Redis) run(ctx context.Context, c *scriptCall, account string) ([]int64
 	}
 	c.done = make(chan scriptReply, 1)
 	// A select costs a lock per channel it names, and asking an HTTP
-	// request's context for Done makes it a channel to close: the common
-	// case, a queue with room, takes one.
+	// request's context for Done makes it a channel to close: so a check
+	// queues at once when there is room, whatever ctx says, and ctx bounds
+	// only a wait for room.
 	select {
 	case r.calls <- c:
 	default:

@@ -326,8 +326,10 @@ func TestRedisSharedRunsManyAccounts(t *testing.T) {
 	}
 }
 
-// A check whose context ends once it is queued is still decided and
-// answered: the caller never gets an error for a call Redis counted.
+// A check the queue has room for is decided and answered even when its
+// context has ended (here before the call; in the server, when the client
+// hangs up during the check): the caller never gets an error for a call
+// Redis counted.
 func TestRedisCancelledContextGetsItsVerdict(t *testing.T) {
 	lim := NewRedis(newTestClient(t), nil, WithPrefix(testPrefix(t)))
 	defer lim.Close()
