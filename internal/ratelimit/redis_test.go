@@ -242,21 +242,9 @@ func TestRedisScriptFlushedAndClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 50
-	errs := make(chan error, n)
-	for range n {
-		go func() {
-			v, err := lim.Allow(ctx, "acct-1", l)
-			if err == nil && !v.Allowed {
-				err = fmt.Errorf("refused: %+v", v)
-			}
-			errs <- err
-		}()
-	}
-	for range n {
-		if err := <-errs; err != nil {
-			t.Fatalf("after SCRIPT FLUSH: %v", err)
-		}
-	}
+	admitAll(t, n, "after SCRIPT FLUSH", func() (coinpulse.Verdict, error) {
+		return lim.Allow(ctx, "acct-1", l)
+	})
 	v, err := lim.Peek(ctx, "acct-1", l)
 	if err != nil {
 		t.Fatal(err)
@@ -338,12 +326,28 @@ func TestRedisCancelledContextGetsItsVerdict(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 100
+	admitAll(t, n, "Allow with a cancelled context", func() (coinpulse.Verdict, error) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // as when the client hangs up while the check is under way
+		return lim.Allow(ctx, "acct-1", l)
+	})
+	v, err := lim.Peek(context.Background(), "acct-1", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := v.Windows[2].Remaining; got != 1000-1-n {
+		t.Fatalf("month remaining %d, want %d: every call answered was counted, and no other", got, 1000-1-n)
+	}
+}
+
+// admitAll runs allow n times at once and fails t, saying what, unless
+// every call is admitted without an error.
+func admitAll(t *testing.T, n int, what string, allow func() (coinpulse.Verdict, error)) {
+	t.Helper()
 	errs := make(chan error, n)
 	for range n {
 		go func() {
-			ctx, cancel := context.WithCancel(context.Background())
-			cancel() // as when the client hangs up while the check is under way
-			v, err := lim.Allow(ctx, "acct-1", l)
+			v, err := allow()
 			if err == nil && !v.Allowed {
 				err = fmt.Errorf("refused: %+v", v)
 			}
@@ -352,14 +356,7 @@ func TestRedisCancelledContextGetsItsVerdict(t *testing.T) {
 	}
 	for range n {
 		if err := <-errs; err != nil {
-			t.Fatalf("Allow with a cancelled context: %v", err)
+			t.Fatalf("%s: %v", what, err)
 		}
-	}
-	v, err := lim.Peek(context.Background(), "acct-1", l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := v.Windows[2].Remaining; got != 1000-1-n {
-		t.Fatalf("month remaining %d, want %d: every call answered was counted, and no other", got, 1000-1-n)
 	}
 }
