@@ -46,6 +46,11 @@ type Verdict struct {
 	RetryAfter time.Duration
 	// Windows are second, minute and month, in that order.
 	Windows [3]WindowState
+	// Now is when the limiter decided, on the clock it decided by (the
+	// Redis server's for the Redis store): the Windows' Reset and
+	// RetryAfter are relative to it, not to the caller's clock. Zero when
+	// the limiter does not say.
+	Now time.Time
 }
 
 // Limiter checks calls against an account's limits. Implementations are

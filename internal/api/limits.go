@@ -67,7 +67,7 @@ func (s *Server) limit(e *exchange, r *http.Request, rt Route) error {
 		e.Header().Set("Retry-After", "1")
 		return &coinpulse.Error{Code: coinpulse.CodeUnavailable, Message: "Rate limits cannot be checked right now; retry in a second.", Err: err}
 	}
-	now := s.clock()
+	now := s.decidedAt(&v)
 	setRateHeaders(e.Header(), &v, now)
 	if !v.Allowed {
 		secs := int64((v.RetryAfter + time.Second - 1) / time.Second)
@@ -99,8 +99,19 @@ func (s *Server) peekHeaders(e *exchange, r *http.Request, rt Route) {
 	}
 	account, limits := s.limitsOf(e.principal, rt)
 	if v, err := s.limiter.Peek(r.Context(), account, limits); err == nil {
-		setRateHeaders(e.Header(), &v, s.clock())
+		setRateHeaders(e.Header(), &v, s.decidedAt(&v))
 	}
+}
+
+// decidedAt is when the limiter decided v, by its clock: the headers'
+// seconds until a reset then count from the instant the windows were
+// measured at, even on a node whose clock is off from Redis's. It is the
+// server's clock for a limiter that does not say.
+func (s *Server) decidedAt(v *coinpulse.Verdict) time.Time {
+	if v.Now.IsZero() {
+		return s.clock()
+	}
+	return v.Now
 }
 
 func exceededMessage(w coinpulse.Window, l coinpulse.Limits, abuse bool) string {

@@ -51,6 +51,13 @@ func (l *limitedServer) flush(t *testing.T) {
 
 func newLimitedServer(t *testing.T, plans map[coinpulse.Tier]coinpulse.Plan) *limitedServer {
 	t.Helper()
+	return newSkewedServer(t, plans, 0)
+}
+
+// newSkewedServer is newLimitedServer with the server's clock skew ahead
+// of the limiter's, as a node's clock can be of Redis's.
+func newSkewedServer(t *testing.T, plans map[coinpulse.Tier]coinpulse.Plan, skew time.Duration) *limitedServer {
+	t.Helper()
 	base := testServer(t)
 	l := &limitedServer{now: time.Now().UTC()}
 	seed := func(ctx context.Context, account string, month time.Time) (int64, error) { return 0, nil }
@@ -62,7 +69,8 @@ func newLimitedServer(t *testing.T, plans map[coinpulse.Tier]coinpulse.Plan) *li
 		cancel()
 	})
 	l.Server = New(Config{
-		Store: shared.store, Market: base.market, Log: quiet, Plans: plans, Clock: l.clock,
+		Store: shared.store, Market: base.market, Log: quiet, Plans: plans,
+		Clock:   func() time.Time { return l.clock().Add(skew) },
 		Limiter: ratelimit.NewMemory(l.clock, seed), Meter: l.meter,
 	})
 	return l
@@ -109,6 +117,27 @@ func TestRateLimitHeadersAndWindows(t *testing.T) {
 	srv.advance(200 * time.Millisecond)
 	if res := do(t, srv.Server, "GET", "/api/v1/markets/global", key); res.Status != 200 {
 		t.Errorf("after 200 ms: %d", res.Status)
+	}
+}
+
+// The headers count from the instant the limiter decided at, by its clock
+// (Redis's when nodes share it), not by the node's: on a node 90 s ahead,
+// the second's window still resets within the second.
+func TestRateLimitHeadersUseTheLimitersClock(t *testing.T) {
+	t.Parallel()
+	srv := newSkewedServer(t, nil, 90*time.Second)
+	key, _ := newKey(t, newUser(t, coinpulse.TierFree, nil), coinpulse.ModeLive, rw, nil)
+	now := srv.clock()
+	res := do(t, srv.Server, "GET", "/api/v1/markets/global", key)
+	if res.Status != 200 {
+		t.Fatalf("%d %s", res.Status, res.Raw)
+	}
+	resetAt := now.Add(200 * time.Millisecond)
+	if reset := res.Header.Get("X-RateLimit-Reset"); reset != fmt.Sprint(resetAt.Unix()) && reset != fmt.Sprint(resetAt.Unix()+1) {
+		t.Errorf("X-RateLimit-Reset %s, want %d by the limiter's clock (the node's says %d)", reset, resetAt.Unix(), now.Add(90*time.Second).Unix())
+	}
+	if got := res.Header.Get("RateLimit"); got != `"second";r=4;t=1` {
+		t.Errorf(`RateLimit %q, want "second";r=4;t=1`, got)
 	}
 }
 

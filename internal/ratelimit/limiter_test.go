@@ -139,8 +139,13 @@ func refused(w coinpulse.Window, retry time.Duration, windows ...coinpulse.Windo
 	return coinpulse.Verdict{Exceeded: w, RetryAfter: retry, Windows: [3]coinpulse.WindowState(windows)}
 }
 
+// want compares got with want; a want without Now expects the env's
+// clock, the instant every check decides at.
 func (e *env) want(what string, got, want coinpulse.Verdict) {
 	e.t.Helper()
+	if want.Now.IsZero() {
+		want.Now = e.clock.Now()
+	}
 	if d := cmp.Diff(want, got); d != "" {
 		e.t.Errorf("%s: verdict (-want +got):\n%s", what, d)
 	}

@@ -106,7 +106,7 @@ type result struct {
 
 // verdict builds the Verdict of r.
 func (r *result) verdict() coinpulse.Verdict {
-	v := coinpulse.Verdict{Allowed: r.allowed}
+	v := coinpulse.Verdict{Allowed: r.allowed, Now: time.Unix(0, r.now).UTC()}
 	v.Windows[0] = r.sec.state(coinpulse.WindowSecond, r.secTAT, r.now)
 	v.Windows[1] = r.min.state(coinpulse.WindowMinute, r.minTAT, r.now)
 	if r.monthly <= 0 {
