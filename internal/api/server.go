@@ -381,7 +381,17 @@ func (s *Server) wrap(rt Route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		e := exchangeOf(w)
-		defer func() { obs.observe(e.status, time.Since(start)) }()
+		// took is measured once, so that the metrics, the meter and the
+		// log give a call the same duration; the deferred observe measures
+		// it itself on the ways out that skip the meter (a panic, an error
+		// after the answer began).
+		var took time.Duration
+		defer func() {
+			if took == 0 {
+				took = time.Since(start)
+			}
+			obs.observe(e.status, took)
+		}()
 		err := s.admit(e, r, rt)
 		if err == nil {
 			err = rt.Handler(e, r)
@@ -393,9 +403,10 @@ func (s *Server) wrap(rt Route) http.Handler {
 			}
 			s.writeError(e, r, err)
 		}
-		s.meter(e, r, rt, label, time.Since(start))
+		took = time.Since(start)
+		s.meter(e, r, rt, label, took)
 		if s.log.Enabled(r.Context(), slog.LevelDebug) {
-			s.log.Debug("request", "method", r.Method, "route", label, "status", e.status, "duration", time.Since(start), "request_id", e.id)
+			s.log.Debug("request", "method", r.Method, "route", label, "status", e.status, "duration", took, "request_id", e.id)
 		}
 	})
 }
