@@ -55,7 +55,8 @@ var upsertKeyDaysSQL = func() string {
 // every duration to its latency histogram) and their keys' days (every
 // call to the day's calls, 4xx and 5xx answers to its errors, every
 // duration to its histogram), appends them to their users' recent calls
-// (keeping the 50 newest of each user, newest being the last recorded),
+// (keeping the 50 newest of each user by time, the last recorded first
+// among equal times),
 // and drops days (of users and of their keys) of those users older than
 // 400 days before the batch's newest day. Calls of users that do not
 // exist are left out. Times and durations are truncated to microseconds.
@@ -111,18 +112,25 @@ func (db *DB) RecordCalls(ctx context.Context, calls []coinpulse.Call) error {
 			     WITH ORDINALITY AS c (user_id, key_id, mode, at, method, route, status, duration_us, request_id, counted, ord)
 			ORDER BY ord`,
 			users, keys, modes, ats, methods, routes, statuses, durs, requestIDs, counted)
-		// Each user's calls beyond the newest RecentCalls, locked in id
-		// order first: concurrent batches prune overlapping rows, and a
-		// plain DELETE would lock them in an order of its plan's choosing
-		// and could deadlock.
+		// Each user's calls beyond the newest RecentCalls by (at, id) (a
+		// batch written later may hold older calls: nodes flush up to a
+		// second apart), found from the user's RecentCalls-th newest call
+		// on api_calls_user_id_at_idx, locked in id order first:
+		// concurrent batches prune overlapping rows, and a plain DELETE
+		// would lock them in an order of its plan's choosing and could
+		// deadlock. A batch sees its own calls and committed ones, so
+		// concurrent batches never prune a call newest among them all.
 		batch.Queue(`
 			WITH cut AS (
-				SELECT u.user_id, (
-					SELECT id FROM api_calls WHERE user_id = u.user_id ORDER BY id DESC OFFSET $2 - 1 LIMIT 1
-				) AS id
+				SELECT u.user_id, c.at, c.id
 				FROM unnest($1::bigint[]) AS u (user_id)
+				CROSS JOIN LATERAL (
+					SELECT at, id FROM api_calls WHERE user_id = u.user_id
+					ORDER BY at DESC, id DESC OFFSET $2 - 1 LIMIT 1
+				) AS c
 			), doomed AS (
-				SELECT a.id FROM cut JOIN api_calls AS a ON a.user_id = cut.user_id AND a.id < cut.id
+				SELECT a.id FROM cut JOIN api_calls AS a
+					ON a.user_id = cut.user_id AND (a.at, a.id) < (cut.at, cut.id)
 				ORDER BY a.id FOR UPDATE OF a
 			)
 			DELETE FROM api_calls AS a USING doomed WHERE a.id = doomed.id`, b.Users, rollup.RecentCalls)
@@ -207,7 +215,7 @@ func (db *DB) Usage(ctx context.Context, userID int64, now time.Time) (*coinpuls
 	recent := make([]coinpulse.Call, 0, rollup.RecentCalls)
 	batch.Queue(`
 		SELECT key_id, mode, at, method, route, status, duration_us, request_id, counted
-		FROM api_calls WHERE user_id = $1 ORDER BY id DESC LIMIT $2`, userID, rollup.RecentCalls).
+		FROM api_calls WHERE user_id = $1 ORDER BY at DESC, id DESC LIMIT $2`, userID, rollup.RecentCalls).
 		Query(func(rows pgx.Rows) error {
 			var c coinpulse.Call
 			var mode string

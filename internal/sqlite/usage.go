@@ -193,7 +193,8 @@ func jsonIDs(ids []int64) string {
 // every duration to its latency histogram) and their keys' days (every
 // call to the day's calls, 4xx and 5xx answers to its errors, every
 // duration to its histogram), appends them to their users' recent calls
-// (keeping the 50 newest of each user, newest being the last recorded),
+// (keeping the 50 newest of each user by time, the last recorded first
+// among equal times),
 // and drops days (of users and of their keys) of those users older than
 // 400 days before the batch's newest day. Calls of users that do not exist are
 // left out. Times and durations are truncated to microseconds. It returns
@@ -240,16 +241,20 @@ func (db *DB) RecordCalls(ctx context.Context, calls []coinpulse.Call) error {
 			return err
 		}
 		users := jsonIDs(b.Users)
-		// The id of each user's RecentCalls-th newest call, then every call
-		// at or before it but that one.
+		// Each user's RecentCalls-th newest call by (at, id) (a batch
+		// written later may hold older calls: nodes flush up to a second
+		// apart), then every call after it in that order, both on
+		// api_calls_user_id_at_idx.
 		_, err = tx.ExecContext(ctx, `
-			WITH cut (user_id, id) AS (
-				SELECT u.value, (SELECT c.id FROM api_calls c WHERE c.user_id = u.value
-				                 ORDER BY c.id DESC LIMIT 1 OFFSET ?2)
-				FROM json_each(?1) u
+			WITH cut (user_id, at, id) AS (
+				SELECT u.value, c.at, c.id FROM json_each(?1) u
+				JOIN api_calls c ON c.id = (
+					SELECT c2.id FROM api_calls c2 WHERE c2.user_id = u.value
+					ORDER BY c2.at DESC, c2.id DESC LIMIT 1 OFFSET ?2)
 			)
 			DELETE FROM api_calls WHERE id IN (
-				SELECT a.id FROM cut JOIN api_calls a ON a.user_id = cut.user_id AND a.id < cut.id
+				SELECT a.id FROM cut JOIN api_calls a
+					ON a.user_id = cut.user_id AND (a.at, a.id) < (cut.at, cut.id)
 			)`, users, rollup.RecentCalls-1)
 		if err != nil {
 			return err
@@ -335,7 +340,7 @@ func (db *DB) Usage(ctx context.Context, userID int64, now time.Time) (*coinpuls
 func (db *DB) recentCalls(ctx context.Context, userID int64) ([]coinpulse.Call, error) {
 	rows, err := db.db.QueryContext(ctx, `
 		SELECT key_id, mode, at, method, route, status, duration_us, request_id, counted
-		FROM api_calls WHERE user_id = ? ORDER BY id DESC LIMIT ?`, userID, rollup.RecentCalls)
+		FROM api_calls WHERE user_id = ? ORDER BY at DESC, id DESC LIMIT ?`, userID, rollup.RecentCalls)
 	if err != nil {
 		return nil, err
 	}

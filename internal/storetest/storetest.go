@@ -70,6 +70,8 @@ func Run(t *testing.T, open func(t *testing.T) coinpulse.Store) {
 		{"Portfolios/ConcurrentFirstBuys", testConcurrentBuys},
 		{"Usage/RoundTrip", testUsageRoundTrip},
 		{"Usage/RecentNewestFirst", testUsageRecent},
+		{"Usage/RecentByTime", testUsageRecentByTime},
+		{"Usage/RecentTies", testUsageRecentTies},
 		{"Usage/CountedOnly", testUsageCounted},
 		{"Usage/MonthBoundary", testUsageMonthBoundary},
 		{"Usage/Daily", testUsageDaily},

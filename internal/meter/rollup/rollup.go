@@ -152,8 +152,9 @@ type Key struct {
 type Batch struct {
 	// Users are the distinct users of the batch's calls, ascending.
 	Users []int64
-	// Recent are, of each user's calls, the RecentCalls last in batch
-	// order (older ones would be pruned at once), in batch order.
+	// Recent are, of each user's calls, the RecentCalls newest by time,
+	// batch order breaking ties (older ones would be pruned at once), in
+	// batch order.
 	Recent []coinpulse.Call
 	// Days are per user and UTC day, by user then day.
 	Days []Day
@@ -181,6 +182,33 @@ func DayOf(t time.Time) time.Time {
 	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
 }
 
+// dropOld marks, of the calls of users with more than RecentCalls of them
+// in calls (perUser counts each user's kept calls), those older than the
+// user's RecentCalls newest by time (microseconds, as stored), batch
+// order breaking ties.
+func dropOld(calls []coinpulse.Call, keep func(int64) bool, perUser map[int64]int) []bool {
+	drop := make([]bool, len(calls))
+	var order []int
+	for i := range calls {
+		if u := calls[i].UserID; perUser[u] > RecentCalls && (keep == nil || keep(u)) {
+			order = append(order, i)
+		}
+	}
+	slices.SortStableFunc(order, func(x, y int) int {
+		return calls[x].Time.Truncate(time.Microsecond).Compare(calls[y].Time.Truncate(time.Microsecond))
+	})
+	kept := make(map[int64]int)
+	for j := len(order) - 1; j >= 0; j-- {
+		i := order[j]
+		if u := calls[i].UserID; kept[u] < RecentCalls {
+			kept[u]++
+		} else {
+			drop[i] = true
+		}
+	}
+	return drop
+}
+
 // Aggregate returns calls as a store writes them, leaving out the calls
 // whose user keep rejects (keep nil keeps all). Times come out in UTC,
 // truncated to microseconds, as are durations.
@@ -193,7 +221,7 @@ func Aggregate(calls []coinpulse.Call, keep func(userID int64) bool) *Batch {
 	days := make(map[dayKey]int)
 	keyDays := make(map[dayKey]int) // by key id and day
 	keys := make(map[int64]int)
-	perUser := make(map[int64]int) // calls of each user, to pick the last RecentCalls
+	perUser := make(map[int64]int) // calls of each user, to pick the newest RecentCalls
 	for i := range calls {
 		c := &calls[i]
 		if keep != nil && !keep(c.UserID) {
@@ -243,19 +271,19 @@ func Aggregate(calls []coinpulse.Call, keep func(userID int64) bool) *Batch {
 		b.Users = append(b.Users, u)
 	}
 	slices.Sort(b.Users)
-	// Walk the calls again, skipping each user's calls beyond their last
-	// RecentCalls.
-	skip := perUser
-	for u, n := range skip {
-		skip[u] = max(0, n-RecentCalls)
+	// Walk the calls again, keeping each user's RecentCalls newest by
+	// time, batch order breaking ties. A call's time is when it was
+	// admitted, so a long call is recorded after newer ones.
+	var drop []bool
+	for _, n := range perUser {
+		if n > RecentCalls {
+			drop = dropOld(calls, keep, perUser)
+			break
+		}
 	}
 	for i := range calls {
 		c := calls[i]
-		if keep != nil && !keep(c.UserID) {
-			continue
-		}
-		if skip[c.UserID] > 0 {
-			skip[c.UserID]--
+		if keep != nil && !keep(c.UserID) || drop != nil && drop[i] {
 			continue
 		}
 		c.Time = c.Time.UTC().Truncate(time.Microsecond)

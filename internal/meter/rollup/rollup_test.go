@@ -1,7 +1,9 @@
 package rollup
 
 import (
+	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -64,6 +66,32 @@ func TestPercentile(t *testing.T) {
 	}
 }
 
+// Recent keeps each user's newest calls by time, not the last recorded:
+// a call's time is when it was admitted, and a long call is recorded
+// after newer ones.
+func TestAggregateRecentByTime(t *testing.T) {
+	at := time.Date(2025, 3, 14, 12, 0, 0, 0, time.UTC)
+	var calls []coinpulse.Call
+	calls = append(calls, coinpulse.Call{UserID: 1, Time: at.Add(time.Hour), RequestID: "slow"}) // newest, recorded first
+	for i := range RecentCalls + 10 {
+		calls = append(calls, coinpulse.Call{UserID: 1, Time: at.Add(time.Duration(i) * time.Second), RequestID: fmt.Sprint(i)})
+	}
+	calls = append(calls, coinpulse.Call{UserID: 2, Time: at, RequestID: "other"})
+	b := Aggregate(calls, nil)
+	var got []string
+	for _, c := range b.Recent {
+		got = append(got, c.RequestID)
+	}
+	want := []string{"slow"}
+	for i := 11; i < RecentCalls+10; i++ {
+		want = append(want, fmt.Sprint(i))
+	}
+	want = append(want, "other")
+	if !slices.Equal(got, want) {
+		t.Errorf("Recent = %v\nwant %v", got, want)
+	}
+}
+
 func TestAggregate(t *testing.T) {
 	day := time.Date(2025, 3, 14, 0, 0, 0, 0, time.UTC)
 	var calls []coinpulse.Call
@@ -76,7 +104,7 @@ func TestAggregate(t *testing.T) {
 	if len(b.Users) != 2 || b.Users[0] != 1 || b.Users[1] != 2 {
 		t.Errorf("Users = %v", b.Users)
 	}
-	// 60 calls each: the last 50 of each, in batch order.
+	// 60 calls each: the newest 50 of each, in batch order.
 	if len(b.Recent) != 100 || b.Recent[0].Time != calls[20].Time || b.Recent[99].Time != calls[119].Time {
 		t.Errorf("Recent: %d calls, first %v, last %v", len(b.Recent), b.Recent[0].Time, b.Recent[len(b.Recent)-1].Time)
 	}
