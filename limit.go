@@ -63,9 +63,29 @@ type Limiter interface {
 	Allow(ctx context.Context, account string, l Limits) (Verdict, error)
 	// Peek reports the windows without counting.
 	Peek(ctx context.Context, account string, l Limits) (Verdict, error)
-	// Refund gives back one call that Allow counted, in every window, for
-	// a call that then failed on the server's side (a 5xx does not count).
-	Refund(ctx context.Context, account string, l Limits) error
+	// Refund gives back a call that Allow admitted, described by a, for
+	// a call that then failed on the server's side (a 5xx does not count):
+	// in each rolling window the part of the call's slot that is still
+	// ahead at the refund (nothing once the window has moved past it), so
+	// that no window admits more than its limit, and the call in the
+	// month it was counted in (nothing once another month has begun).
+	Refund(ctx context.Context, account string, l Limits, a Admission) error
+}
+
+// Admission is what Refund needs to know of an admitted call.
+type Admission struct {
+	// At is when the call was admitted, on the limiter's clock
+	// (Verdict.Now); its month is the month the call counted in.
+	At time.Time
+	// Second and Minute are the rolling windows' Reset right after the
+	// call: each is the end of the call's slot in its window (zero when
+	// the window does not limit).
+	Second, Minute time.Time
+}
+
+// Admission describes the call v admitted, for Refund.
+func (v *Verdict) Admission() Admission {
+	return Admission{At: v.Now, Second: v.Windows[0].Reset, Minute: v.Windows[1].Reset}
 }
 
 // MonthStart returns the start of t's calendar month in UTC.

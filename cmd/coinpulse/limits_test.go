@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/redis/go-redis/v9"
 
 	"coinpulse"
@@ -265,12 +266,32 @@ func getUsage(t *testing.T, p *proc, key string) usageData {
 }
 
 // SIGTERM under load: every call the server admitted (every answer the
-// clients got) is metered by the time the process exits.
+// clients got, and every WebSocket it accepted, which the shutdown closes)
+// is metered by the time the process exits.
 func TestSIGTERMMetersEveryAdmittedCall(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "coinpulse.db")
 	db := "sqlite:" + path
 	key := premiumKey(t, db)
 	p := startProc(t, "--db", db, "--plans", plansFile(t, 1_000_000))
+
+	const sockets = 3
+	var closed sync.WaitGroup
+	for range sockets {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(p.base, "http")+"/api/v1/ws",
+			&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + key}}})
+		cancel()
+		if err != nil {
+			t.Fatalf("websocket: %v", err)
+		}
+		closed.Go(func() { // read until the server closes it
+			for {
+				if _, _, err := c.Read(context.Background()); err != nil {
+					return
+				}
+			}
+		})
+	}
 
 	var answered atomic.Int64
 	var wg sync.WaitGroup
@@ -305,6 +326,7 @@ func TestSIGTERMMetersEveryAdmittedCall(t *testing.T) {
 	p.term(t)
 	close(stop)
 	wg.Wait()
+	closed.Wait()
 
 	store, err := sqlite.Open(context.Background(), path)
 	if err != nil {
@@ -319,8 +341,8 @@ func TestSIGTERMMetersEveryAdmittedCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != answered.Load() {
-		t.Errorf("%d calls metered, %d answered before SIGTERM took effect", n, answered.Load())
+	if n != answered.Load()+sockets {
+		t.Errorf("%d calls metered, want the %d answered before SIGTERM took effect and the %d WebSockets", n, answered.Load(), sockets)
 	}
 	t.Logf("%d calls answered and metered", n)
 }

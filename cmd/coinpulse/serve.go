@@ -258,10 +258,15 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	defer cancel()
 	err = hs.Shutdown(sctx)
 	if mtr != nil {
-		// Every call the drained server admitted is written before the
-		// store closes.
+		// Every call the server admitted is written before the store
+		// closes: the handlers Shutdown does not wait for (WebSockets,
+		// which the hub is closing, and calls past its timeout) meter
+		// their calls first.
 		mctx, mcancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout)
 		defer mcancel()
+		if derr := srv.Drain(mctx); derr != nil {
+			log.Error("calls still running, not metered", "err", derr)
+		}
 		if merr := mtr.Close(mctx); merr != nil {
 			log.Error("metering not drained", "err", merr)
 		}

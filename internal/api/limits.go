@@ -69,7 +69,10 @@ func (s *Server) limit(e *exchange, r *http.Request, rt Route) error {
 	}
 	now := s.decidedAt(&v)
 	setRateHeaders(e.Header(), &v, now)
-	if !v.Allowed {
+	if v.Allowed {
+		e.admission = v.Admission()
+		e.admission.At = now
+	} else {
 		secs := int64((v.RetryAfter + time.Second - 1) / time.Second)
 		e.Header().Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
 		when := "in " + v.RetryAfter.Round(time.Millisecond).String()
@@ -258,25 +261,33 @@ func (s *Server) simulate(e *exchange, r *http.Request) error {
 	return coinpulse.ValidationError("X-Sandbox-Simulate", "must be one of rate_limit, server_error, timeout")
 }
 
-// meter records an admitted call, and gives a call that failed on our
-// side (5xx) back to the limiter: it does not count.
+// meter records an admitted call at the instant it was admitted, on the
+// limiter's clock (so a call is in the month and day the limiter counted
+// it in), and gives a live call that failed on our side (5xx) back to the
+// plan's windows: it does not count. The sandbox abuse limit gets nothing
+// back, so that failing calls, simulated or not, stay limited.
 func (s *Server) meter(e *exchange, r *http.Request, rt Route, label string, took time.Duration) {
 	if e.principal == nil || !e.admitted {
 		return
 	}
-	if e.status >= 500 && s.limiter != nil {
-		account, limits := s.limitsOf(e.principal, rt)
-		if err := s.limiter.Refund(context.WithoutCancel(r.Context()), account, limits); err != nil {
+	p := e.principal
+	plan := p.key.Mode == coinpulse.ModeLive && !rt.Free
+	if e.status >= 500 && plan && s.limiter != nil {
+		_, limits := s.limitsOf(p, rt)
+		if err := s.limiter.Refund(context.WithoutCancel(r.Context()), p.live, limits, e.admission); err != nil {
 			s.log.Warn("rate limit refund failed", "err", err, "request_id", e.id)
 		}
 	}
 	if s.meterer == nil {
 		return
 	}
-	p := e.principal
+	at := e.admission.At
+	if at.IsZero() {
+		at = s.clock()
+	}
 	s.meterer.Record(coinpulse.Call{
-		UserID: p.user.ID, KeyID: p.key.ID, Mode: p.key.Mode, Time: s.clock(),
+		UserID: p.user.ID, KeyID: p.key.ID, Mode: p.key.Mode, Time: at,
 		Method: r.Method, Route: label, Status: e.status, Duration: took, RequestID: e.id,
-		Counted: p.key.Mode == coinpulse.ModeLive && e.status < 500 && !rt.Free,
+		Counted: plan && e.status < 500,
 	})
 }

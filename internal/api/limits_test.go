@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -58,7 +59,17 @@ func newLimitedServer(t *testing.T, plans map[coinpulse.Tier]coinpulse.Plan) *li
 // of the limiter's, as a node's clock can be of Redis's.
 func newSkewedServer(t *testing.T, plans map[coinpulse.Tier]coinpulse.Plan, skew time.Duration) *limitedServer {
 	t.Helper()
+	return newLimitedServerOn(t, plans, skew, nil)
+}
+
+// newLimitedServerOn is newSkewedServer over store (nil: the shared one);
+// the meter writes to the shared store.
+func newLimitedServerOn(t *testing.T, plans map[coinpulse.Tier]coinpulse.Plan, skew time.Duration, store coinpulse.Store) *limitedServer {
+	t.Helper()
 	base := testServer(t)
+	if store == nil {
+		store = shared.store
+	}
 	l := &limitedServer{now: time.Now().UTC()}
 	seed := func(ctx context.Context, account string, month time.Time) (int64, error) { return 0, nil }
 	l.meter = meter.New(shared.store, quiet, meter.Options{Interval: 10 * time.Millisecond})
@@ -69,7 +80,7 @@ func newSkewedServer(t *testing.T, plans map[coinpulse.Tier]coinpulse.Plan, skew
 		cancel()
 	})
 	l.Server = New(Config{
-		Store: shared.store, Market: base.market, Log: quiet, Plans: plans,
+		Store: store, Market: base.market, Log: quiet, Plans: plans,
 		Clock:   func() time.Time { return l.clock().Add(skew) },
 		Limiter: ratelimit.NewMemory(l.clock, seed), Meter: l.meter,
 	})
@@ -234,13 +245,117 @@ func TestSandboxLimitsAndSimulation(t *testing.T) {
 	if !strings.Contains(res.Error.Message, "Simulated") {
 		t.Errorf("simulated 500: %q", res.Error.Message)
 	}
-	// A 5xx is given back: it does not count (the /usage calls do count
-	// against the sandbox's abuse limit, one each).
-	if after := do(t, srv.Server, "GET", "/api/v1/usage", sandbox).Header.Get("X-RateLimit-Remaining"); before == "" || after != fmt.Sprint(atoi(t, before)-1) {
-		t.Errorf("sandbox remaining %s before a simulated 500, %s after it and a /usage call; want one less", before, after)
+	// The abuse limit counts a 5xx too (and the /usage call): only the
+	// plan's windows give failures back.
+	if after := do(t, srv.Server, "GET", "/api/v1/usage", sandbox).Header.Get("X-RateLimit-Remaining"); before == "" || after != fmt.Sprint(atoi(t, before)-2) {
+		t.Errorf("sandbox remaining %s before a simulated 500, %s after it and a /usage call; want two less", before, after)
 	}
 	wantError(t, do(t, srv.Server, "GET", "/api/v1/markets/global", sandbox, "X-Sandbox-Simulate", "meteor"), http.StatusUnprocessableEntity, coinpulse.CodeValidation)
 	wantError(t, do(t, srv.Server, "GET", "/api/v1/markets/global", live, "X-Sandbox-Simulate", "rate_limit"), http.StatusUnprocessableEntity, coinpulse.CodeValidation)
+}
+
+// Failing sandbox calls stay held to the abuse limit: simulated 500s,
+// which cost the server nothing to fail, must not come for free.
+func TestSandboxFailuresStayLimited(t *testing.T) {
+	t.Parallel()
+	srv := newLimitedServer(t, nil) // its clock stands still
+	sandbox, _ := newKey(t, newUser(t, coinpulse.TierFree, nil), coinpulse.ModeTest, rw, nil)
+	for i := range DefaultSandboxLimits.PerSecond {
+		if res := do(t, srv.Server, "GET", "/api/v1/markets/global", sandbox, "X-Sandbox-Simulate", "server_error"); res.Status != 500 {
+			t.Fatalf("simulated failure %d: %d %s", i+1, res.Status, res.Raw)
+		}
+	}
+	res := do(t, srv.Server, "GET", "/api/v1/markets/global", sandbox, "X-Sandbox-Simulate", "server_error")
+	wantError(t, res, http.StatusTooManyRequests, coinpulse.CodeRateLimitExceeded)
+}
+
+// failingStore is the shared store whose Portfolios fails: with an
+// error, or with a panic.
+type failingStore struct {
+	coinpulse.Store
+	panics bool
+}
+
+func (f failingStore) Portfolios(ctx context.Context, o coinpulse.Owner) ([]coinpulse.Portfolio, error) {
+	if f.panics {
+		panic("failingStore: Portfolios")
+	}
+	return nil, errors.New("failingStore: Portfolios")
+}
+
+// A live call that fails on our side, with an error or a panic, is given
+// back to the plan's windows, and metered as a 500 that does not count.
+func TestServerFailuresAreGivenBack(t *testing.T) {
+	t.Parallel()
+	for _, panics := range []bool{false, true} {
+		t.Run(fmt.Sprint("panics=", panics), func(t *testing.T) {
+			t.Parallel()
+			srv := newLimitedServerOn(t, nil, 0, failingStore{Store: testServer(t).store, panics: panics})
+			u := newUser(t, coinpulse.TierPremium, nil)
+			key, _ := newKey(t, u, coinpulse.ModeLive, rw, nil)
+			wantError(t, do(t, srv.Server, "GET", "/api/v1/portfolio", key), http.StatusInternalServerError, coinpulse.CodeServerError)
+			res := do(t, srv.Server, "GET", "/api/v1/markets/global", key)
+			if got := res.Header.Get("X-RateLimit-Remaining"); got != "4" {
+				t.Errorf("X-RateLimit-Remaining %q after a 500 and a call in the same instant, want 4 of 5 a second", got)
+			}
+			srv.flush(t)
+			usage := decode[struct {
+				MonthCalls int64 `json:"month_calls"`
+				Recent     []struct {
+					Route  string `json:"route"`
+					Status int    `json:"status"`
+				} `json:"recent"`
+			}](t, do(t, srv.Server, "GET", "/api/v1/usage", key))
+			if usage.MonthCalls != 1 {
+				t.Errorf("month_calls %d, want 1: the 500 does not count", usage.MonthCalls)
+			}
+			if len(usage.Recent) != 2 || usage.Recent[1].Route != "/api/v1/portfolio" || usage.Recent[1].Status != 500 {
+				t.Errorf("recent %+v, want the global call after the portfolio 500", usage.Recent)
+			}
+		})
+	}
+}
+
+// brokenWriter fails every write, as a connection whose client hung up.
+type brokenWriter struct{ *httptest.ResponseRecorder }
+
+func (b brokenWriter) Write([]byte) (int, error) { return 0, errors.New("write: broken pipe") }
+
+// A call whose answer could not be sent is metered as answered and
+// counts, as the limiter counted it: the limiter and the meter agree.
+func TestCallWithAFailedWriteIsMetered(t *testing.T) {
+	t.Parallel()
+	srv := newLimitedServer(t, nil)
+	u := newUser(t, coinpulse.TierPremium, nil)
+	key, _ := newKey(t, u, coinpulse.ModeLive, rw, nil)
+	req := httptest.NewRequest("GET", "/api/v1/markets/global", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	srv.Handler().ServeHTTP(brokenWriter{httptest.NewRecorder()}, req)
+	srv.flush(t)
+	n, err := shared.store.MonthCalls(context.Background(), u.ID, coinpulse.MonthStart(srv.clock()))
+	if err != nil || n != 1 {
+		t.Errorf("MonthCalls = %d, %v; want 1", n, err)
+	}
+}
+
+// A call is metered at the instant the limiter admitted it, by the
+// limiter's clock: in the month and day the limiter counted it in, on a
+// node whose clock is off too.
+func TestCallsAreMeteredAtTheLimitersTime(t *testing.T) {
+	t.Parallel()
+	srv := newSkewedServer(t, nil, 90*time.Second)
+	key, _ := newKey(t, newUser(t, coinpulse.TierPremium, nil), coinpulse.ModeLive, rw, nil)
+	admitted := srv.clock()
+	do(t, srv.Server, "GET", "/api/v1/markets/global", key)
+	srv.flush(t)
+	usage := decode[struct {
+		Recent []struct {
+			Time time.Time `json:"time"`
+		} `json:"recent"`
+	}](t, do(t, srv.Server, "GET", "/api/v1/usage", key))
+	if len(usage.Recent) != 1 || usage.Recent[0].Time.Sub(admitted).Abs() > time.Millisecond {
+		t.Errorf("recent %+v, want one call at %s (the node's clock says %s)", usage.Recent, admitted, admitted.Add(90*time.Second))
+	}
 }
 
 func TestSimulatedTimeout(t *testing.T) {

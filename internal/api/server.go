@@ -80,6 +80,9 @@ type Server struct {
 	meterer       Meter
 	mux           *http.ServeMux
 	routes        []Route
+	// running counts the admitted calls not yet handed to the meter; see
+	// Drain.
+	running atomic.Int64
 
 	alertIndex          AlertIndex
 	deliveries          Waker
@@ -242,6 +245,36 @@ func (s *Server) Run(ctx context.Context) {
 // SERVER_ERROR, then the routes.
 func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 
+// Drain waits until every call the server admitted has been metered, for
+// a graceful shutdown: after http.Server.Shutdown, some handlers still run
+// (WebSockets, which Shutdown does not wait for, and calls past its
+// timeout), and the meter must not close before they end. It returns nil,
+// or ctx's error, saying how many calls were still running.
+func (s *Server) Drain(ctx context.Context) error {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		n := s.running.Load()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("api: %d admitted calls still running: %w", n, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// admitted marks e's call as admitted by its limits: it is metered when it
+// ends, and Drain waits for it until then.
+func (s *Server) admitted(e *exchange) {
+	if !e.admitted {
+		e.admitted = true
+		s.running.Add(1)
+	}
+}
+
 // exchange is one request's state, and the ResponseWriter handed down the
 // chain: it records the status for metrics and carries the request id and
 // the authenticated caller, so that nothing is copied into a context.
@@ -253,6 +286,9 @@ type exchange struct {
 	wrote     bool
 	// admitted is set once a keyed call passed its limits: it is metered.
 	admitted bool
+	// admission is the limiter's word on the admitted call, for its
+	// refund and its time in the meter.
+	admission coinpulse.Admission
 }
 
 // exchangeOf returns the request state behind w (a bare one for writers
@@ -381,34 +417,48 @@ func (s *Server) wrap(rt Route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		e := exchangeOf(w)
-		// took is measured once, so that the metrics, the meter and the
-		// log give a call the same duration; the deferred observe measures
-		// it itself on the ways out that skip the meter (a panic, an error
-		// after the answer began).
-		var took time.Duration
+		// Every call ends in finish, once: below, or here when the handler
+		// panicked (serveHTTP's recoverPanic then answers 500, unless the
+		// answer began), so that an admitted call is metered, and given
+		// back to the limits as a 5xx, whichever way it ends.
+		finished := false
 		defer func() {
-			if took == 0 {
-				took = time.Since(start)
+			if !finished {
+				if !e.wrote {
+					e.status = http.StatusInternalServerError
+				}
+				s.finish(e, r, rt, label, obs, time.Since(start))
 			}
-			obs.observe(e.status, took)
 		}()
 		err := s.admit(e, r, rt)
 		if err == nil {
 			err = rt.Handler(e, r)
 		}
-		if err != nil {
-			if e.wrote {
-				s.log.Error("error after response started", "err", err, "request_id", e.id)
-				return
-			}
+		switch {
+		case err == nil:
+		case e.wrote:
+			// The answer began (mostly: the client hung up while it was
+			// sent). It stands, with its status, for the meter too.
+			s.log.Error("error after response started", "err", err, "request_id", e.id)
+		default:
 			s.writeError(e, r, err)
 		}
-		took = time.Since(start)
-		s.meter(e, r, rt, label, took)
-		if s.log.Enabled(r.Context(), slog.LevelDebug) {
-			s.log.Debug("request", "method", r.Method, "route", label, "status", e.status, "duration", took, "request_id", e.id)
-		}
+		finished = true
+		s.finish(e, r, rt, label, obs, time.Since(start))
 	})
+}
+
+// finish accounts for a call that took took: the metrics, the meter (and
+// the limiter's refund) and the debug log all see the same duration.
+func (s *Server) finish(e *exchange, r *http.Request, rt Route, label string, obs *routeMetrics, took time.Duration) {
+	obs.observe(e.status, took)
+	s.meter(e, r, rt, label, took)
+	if e.admitted {
+		s.running.Add(-1)
+	}
+	if s.log.Enabled(r.Context(), slog.LevelDebug) {
+		s.log.Debug("request", "method", r.Method, "route", label, "status", e.status, "duration", took, "request_id", e.id)
+	}
 }
 
 // admit applies the body limit and, for keyed routes, authentication and
@@ -438,7 +488,7 @@ func (s *Server) admit(e *exchange, r *http.Request, rt Route) error {
 	if err := s.limit(e, r, rt); err != nil {
 		return err
 	}
-	e.admitted = true
+	s.admitted(e)
 	if rt.Method != http.MethodGet {
 		// No route that changes anything takes query parameters.
 		if _, err := parseQuery(r.URL.RawQuery); err != nil {

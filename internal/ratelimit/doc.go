@@ -47,9 +47,13 @@
 // Verdict as Allow would without counting: Allowed says whether a call
 // would be admitted now, and Remaining is what is left now.
 //
-// Refund gives one counted call back in every window (the TATs move back
-// one emission interval, the month's count down one, never below zero):
-// the API refunds a call that failed with a 5xx, which does not count.
+// Refund gives an admitted call back, for a call that failed with a 5xx,
+// which does not count. Each rolling window gets back what is left of the
+// call's slot (its TAT moves back by up to one emission interval: the
+// part of [end−T, end) still ahead, where end is the TAT the call left),
+// so a refund never frees room the window has already moved past, as
+// after an idle gap; the month the call was admitted in gets its count
+// down one, never below zero, and a month begun since gets nothing.
 //
 // # Seed
 //

@@ -109,9 +109,10 @@ func (e *env) peek(l coinpulse.Limits) coinpulse.Verdict {
 	return v
 }
 
-func (e *env) refund(l coinpulse.Limits) {
+// refund gives back the call that v admitted.
+func (e *env) refund(l coinpulse.Limits, v coinpulse.Verdict) {
 	e.t.Helper()
-	if err := e.lim.Refund(context.Background(), acct, l); err != nil {
+	if err := e.lim.Refund(context.Background(), acct, l, v.Admission()); err != nil {
 		e.t.Fatalf("Refund: %v", err)
 	}
 }
@@ -408,22 +409,59 @@ var clockCases = []struct {
 	}},
 	{name: "refund gives one call back", run: func(e *env) {
 		l := coinpulse.Limits{PerSecond: 2, PerMinute: 60, Monthly: 3}
-		e.refund(l) // nothing counted yet: nothing to give back
+		e.refund(l, coinpulse.Verdict{Now: e.clock.Now()}) // nothing counted yet: nothing to give back
 		e.want("peek before", e.peek(l), admitted(ws(coinpulse.WindowSecond, 2, 2, t0),
 			ws(coinpulse.WindowMinute, 60, 60, t0), ws(coinpulse.WindowMonth, 3, 3, april)))
-		e.allow(l)
-		e.allow(l)
-		e.refund(l)
-		e.want("after two calls and a refund", e.allow(l), admitted(
+		first := e.allow(l)
+		second := e.allow(l)
+		e.refund(l, second)
+		third := e.allow(l)
+		e.want("after two calls and a refund", third, admitted(
 			ws(coinpulse.WindowSecond, 2, 0, t0.Add(time.Second)),
 			ws(coinpulse.WindowMinute, 60, 58, t0.Add(2*time.Second)),
 			ws(coinpulse.WindowMonth, 3, 1, april)))
 		e.clock.Advance(time.Second)
-		e.refund(l)
-		e.refund(l)
-		e.refund(l) // the month never goes below 0
+		e.refund(l, third)
+		e.refund(l, first)
+		e.refund(l, first) // the month never goes below 0
 		e.want("three refunds later", e.peek(l), admitted(ws(coinpulse.WindowSecond, 2, 2, t0.Add(time.Second)),
 			ws(coinpulse.WindowMinute, 60, 60, t0.Add(time.Second)), ws(coinpulse.WindowMonth, 3, 3, april)))
+	}},
+	{name: "refund gives back only what is left of the call's slot", run: func(e *env) {
+		l := coinpulse.Limits{PerSecond: 5, Monthly: 100}
+		first := e.allow(l) // its slot: [t0, t0+200ms)
+		e.clock.Advance(100 * time.Millisecond)
+		second := e.allow(l) // its slot: [t0+200ms, t0+400ms)
+		e.refund(l, first)   // half of its slot is behind
+		e.want("half a slot back", e.peek(l), admitted(ws(coinpulse.WindowSecond, 5, 4, t0.Add(300*time.Millisecond)),
+			noMinute, ws(coinpulse.WindowMonth, 100, 99, april)))
+		// A call whose slot the window has moved past gets nothing back
+		// there: after an idle gap and a burst of 5, a sixth call in the
+		// same instant stays refused.
+		e.clock.Advance(2 * time.Second)
+		for range 5 {
+			if v := e.allow(l); !v.Allowed {
+				e.t.Fatalf("burst after an idle gap refused: %+v", v)
+			}
+		}
+		e.refund(l, second)
+		e.want("a sixth call after a late refund", e.allow(l), refused(coinpulse.WindowSecond, 200*time.Millisecond,
+			ws(coinpulse.WindowSecond, 5, 0, t0.Add(3100*time.Millisecond)), noMinute,
+			ws(coinpulse.WindowMonth, 100, 95, april)))
+	}},
+	{name: "refund after the month turned leaves the new month alone", run: func(e *env) {
+		l := coinpulse.Limits{Monthly: 3}
+		e.clock.Set(april.Add(-time.Millisecond))
+		late := e.allow(l) // counted in March
+		e.clock.Set(april.Add(50 * time.Millisecond))
+		for range 3 {
+			e.allow(l)
+		}
+		e.clock.Advance(50 * time.Millisecond)
+		e.refund(l, late)
+		now := april.Add(100 * time.Millisecond)
+		e.want("a fourth April call", e.allow(l), refused(coinpulse.WindowMonth, may.Sub(now),
+			noSecond, noMinute, ws(coinpulse.WindowMonth, 3, 0, may)))
 	}},
 }
 

@@ -155,9 +155,10 @@ func (a *accountState) check(now int64, l *coinpulse.Limits, commit bool) coinpu
 	return r.verdict()
 }
 
-// Refund implements coinpulse.Limiter: the account's TATs move back one
-// emission interval and this month's count down one.
-func (m *Memory) Refund(ctx context.Context, account string, l coinpulse.Limits) error {
+// Refund implements coinpulse.Limiter: each TAT moves back by what is
+// left of the call's slot (see rate.held), and the count of the month the
+// call was admitted in down one, if that month's state is the account's.
+func (m *Memory) Refund(ctx context.Context, account string, l coinpulse.Limits, adm coinpulse.Admission) error {
 	sh := &m.shards[shardOf(account)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -165,13 +166,14 @@ func (m *Memory) Refund(ctx context.Context, account string, l coinpulse.Limits)
 	if a == nil {
 		return nil
 	}
-	if r := newRate(int64(l.PerSecond), secondNS, 1); r.limit > 0 && a.sec > 0 {
-		a.sec -= r.t
+	now := m.clock().UnixNano()
+	a.sec -= newRate(int64(l.PerSecond), secondNS, 1).held(adm.Second, now)
+	a.min -= newRate(int64(l.PerMinute), minuteNS, 1).held(adm.Minute, now)
+	at := now
+	if !adm.At.IsZero() {
+		at = adm.At.UnixNano()
 	}
-	if r := newRate(int64(l.PerMinute), minuteNS, 1); r.limit > 0 && a.min > 0 {
-		a.min -= r.t
-	}
-	if now := m.clock().UnixNano(); now >= a.monthStart && now < a.monthEnd && a.count > 0 {
+	if at >= a.monthStart && at < a.monthEnd && a.count > 0 {
 		a.count--
 	}
 	return nil

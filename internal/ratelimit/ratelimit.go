@@ -77,6 +77,18 @@ func (r rate) state(w coinpulse.Window, tat, now int64) coinpulse.WindowState {
 	return coinpulse.WindowState{Window: w, Limit: r.limit, Remaining: rem, Reset: time.Unix(0, tat).UTC()}
 }
 
+// held is what is left at now of the slot of a call whose TAT was end
+// right after it was admitted: the call took [end−T, end) of the window's
+// time, and the part before now has been used up (by the call, or by the
+// idle time that a TAT behind now stands for). A refund gives back only
+// this much, so it never frees a slot the window has moved past.
+func (r rate) held(end time.Time, now int64) int64 {
+	if r.limit == 0 || end.IsZero() {
+		return 0
+	}
+	return max(0, min(r.t, end.UnixNano()-now))
+}
+
 // retryAfter is how long until a call refused at now with TAT tat would be
 // admitted, rounded up to a whole millisecond and at least one.
 func (r rate) retryAfter(tat, now int64) time.Duration {

@@ -302,22 +302,33 @@ func (r *Redis) seedMonth(ctx context.Context, account string, start time.Time) 
 	return c.n, c.err
 }
 
-// refundScript moves the rolling windows' TATs back one emission interval
-// (keeping their expiries) and the month's count down one, where they
-// exist. KEYS as limit.lua's; ARGV: 1, 2 the second and minute windows' T
-// in µs (0: does not limit).
+// refundScript gives back an admitted call: each rolling window's TAT
+// moves back by what is left of the call's slot at the server's time (see
+// rate.held), keeping its expiry, and the count of the month the call was
+// admitted in goes down one, where they exist. KEYS as limit.lua's, with
+// the month of the admission; ARGV: 1 now in µs, or empty to read TIME; 2, 3
+// the second window's T and the TAT the call left, in µs (T 0: does not
+// limit); 4, 5 the same for the minute window.
 var refundScript = redis.NewScript(`
-local function back(key, t)
-  if t <= 0 then
+local now
+if ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local function back(key, t, tat)
+  local held = math.min(t, tat - now)
+  if t <= 0 or held <= 0 then
     return
   end
-  local tat = redis.call('GET', key)
-  if tat then
-    redis.call('SET', key, string.format('%.0f', tonumber(tat) - t), 'KEEPTTL')
+  local cur = redis.call('GET', key)
+  if cur then
+    redis.call('SET', key, string.format('%.0f', tonumber(cur) - held), 'KEEPTTL')
   end
 end
-back(KEYS[1], tonumber(ARGV[1]))
-back(KEYS[2], tonumber(ARGV[2]))
+back(KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3]))
+back(KEYS[2], tonumber(ARGV[4]), tonumber(ARGV[5]))
 local count = redis.call('GET', KEYS[3])
 if count and tonumber(count) > 0 then
   redis.call('DECR', KEYS[3])
@@ -326,19 +337,36 @@ return 1
 `)
 
 // Refund implements coinpulse.Limiter, in one script.
-func (r *Redis) Refund(ctx context.Context, account string, l coinpulse.Limits) error {
-	now := r.nodeClock()
-	if r.clock != nil {
-		now = r.clock()
-	}
+func (r *Redis) Refund(ctx context.Context, account string, l coinpulse.Limits, a coinpulse.Admission) error {
 	const unit = int64(time.Microsecond)
-	start, _ := monthBounds(now)
+	nowArg := ""
+	if r.clock != nil {
+		nowArg = strconv.FormatInt(r.clock().UnixMicro(), 10)
+	}
+	at := a.At
+	if at.IsZero() {
+		at = r.nodeClock()
+		if r.clock != nil {
+			at = r.clock()
+		}
+	}
+	start, _ := monthBounds(at)
 	sec := newRate(int64(l.PerSecond), secondNS, unit)
 	minute := newRate(int64(l.PerMinute), minuteNS, unit)
-	if err := refundScript.Run(ctx, r.client, r.keys(account, start).keys, sec.t/unit, minute.t/unit).Err(); err != nil {
+	if err := refundScript.Run(ctx, r.client, r.keys(account, start).keys, nowArg,
+		sec.t/unit, slotEnd(sec, a.Second), minute.t/unit, slotEnd(minute, a.Minute)).Err(); err != nil {
 		return fmt.Errorf("ratelimit: redis refund: %w", err)
 	}
 	return nil
+}
+
+// slotEnd is the TAT a call left in a window of rate r, in µs for
+// refundScript: 0 when the window does not limit.
+func slotEnd(r rate, end time.Time) int64 {
+	if r.limit == 0 || end.IsZero() {
+		return 0
+	}
+	return end.UnixMicro()
 }
 
 // errClosed is what checks get after Close.
