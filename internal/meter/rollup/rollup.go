@@ -187,19 +187,32 @@ func DayOf(t time.Time) time.Time {
 // user's RecentCalls newest by time (microseconds, as stored), batch
 // order breaking ties.
 func dropOld(calls []coinpulse.Call, keep func(int64) bool, perUser map[int64]int) []bool {
-	drop := make([]bool, len(calls))
-	var order []int
-	for i := range calls {
-		if u := calls[i].UserID; perUser[u] > RecentCalls && (keep == nil || keep(u)) {
-			order = append(order, i)
+	type stamp struct {
+		us int64 // the call's time in µs
+		i  int   // its index in calls
+	}
+	n := 0
+	for u, c := range perUser {
+		if c > RecentCalls && (keep == nil || keep(u)) {
+			n += c
 		}
 	}
-	slices.SortStableFunc(order, func(x, y int) int {
-		return calls[x].Time.Truncate(time.Microsecond).Compare(calls[y].Time.Truncate(time.Microsecond))
+	order := make([]stamp, 0, n)
+	for i := range calls {
+		if u := calls[i].UserID; perUser[u] > RecentCalls && (keep == nil || keep(u)) {
+			order = append(order, stamp{calls[i].Time.UnixMicro(), i})
+		}
+	}
+	slices.SortFunc(order, func(x, y stamp) int {
+		if x.us != y.us {
+			return cmpInt(x.us, y.us)
+		}
+		return x.i - y.i
 	})
+	drop := make([]bool, len(calls))
 	kept := make(map[int64]int)
 	for j := len(order) - 1; j >= 0; j-- {
-		i := order[j]
+		i := order[j].i
 		if u := calls[i].UserID; kept[u] < RecentCalls {
 			kept[u]++
 		} else {
@@ -209,62 +222,88 @@ func dropOld(calls []coinpulse.Call, keep func(int64) bool, perUser map[int64]in
 	return drop
 }
 
+// micro returns t in UTC, truncated to the microsecond.
+func micro(t time.Time) time.Time { return time.UnixMicro(t.UnixMicro()).UTC() }
+
 // Aggregate returns calls as a store writes them, leaving out the calls
 // whose user keep rejects (keep nil keeps all). Times come out in UTC,
 // truncated to microseconds, as are durations.
+//
+// A batch mostly holds runs of calls of one user, key and day, so each
+// row's index is looked up in its map only when the run changes.
 func Aggregate(calls []coinpulse.Call, keep func(userID int64) bool) *Batch {
 	type dayKey struct {
-		user int64
-		day  int64
+		id  int64 // a user's or a key's
+		day int64 // Unix seconds
 	}
 	b := &Batch{}
 	days := make(map[dayKey]int)
-	keyDays := make(map[dayKey]int) // by key id and day
+	keyDays := make(map[dayKey]int)
 	keys := make(map[int64]int)
-	perUser := make(map[int64]int) // calls of each user, to pick the newest RecentCalls
+	var (
+		day          time.Time // the day of the last call
+		dayLo, dayHi int64     // its bounds, in µs
+		j, k, kj     = -1, -1, -1
+	)
 	for i := range calls {
 		c := &calls[i]
 		if keep != nil && !keep(c.UserID) {
 			continue
 		}
-		perUser[c.UserID]++
-		t := c.Time.UTC().Truncate(time.Microsecond)
+		t := micro(c.Time)
+		us := t.UnixMicro()
 		d := c.Duration.Truncate(time.Microsecond)
-		day := DayOf(t)
-		dk := dayKey{c.UserID, day.Unix()}
-		j, ok := days[dk]
-		if !ok {
-			j = len(b.Days)
-			days[dk] = j
-			b.Days = append(b.Days, Day{UserID: c.UserID, Day: day})
+		newDay := us < dayLo || us >= dayHi
+		if newDay {
+			day = DayOf(t)
+			dayLo = day.UnixMicro()
+			dayHi = day.AddDate(0, 0, 1).UnixMicro()
+		}
+		if newDay || j < 0 || b.Days[j].UserID != c.UserID {
+			dk := dayKey{c.UserID, day.Unix()}
+			var ok bool
+			if j, ok = days[dk]; !ok {
+				j = len(b.Days)
+				days[dk] = j
+				b.Days = append(b.Days, Day{UserID: c.UserID, Day: day})
+			}
 		}
 		if c.Counted {
 			b.Days[j].Calls++
 		}
 		b.Days[j].Latency.Add(d)
-		k, ok := keys[c.KeyID]
-		if !ok {
-			k = len(b.Keys)
-			keys[c.KeyID] = k
-			b.Keys = append(b.Keys, Key{KeyID: c.KeyID, UserID: c.UserID, LastCall: t})
+		if k < 0 || b.Keys[k].KeyID != c.KeyID {
+			var ok bool
+			if k, ok = keys[c.KeyID]; !ok {
+				k = len(b.Keys)
+				keys[c.KeyID] = k
+				b.Keys = append(b.Keys, Key{KeyID: c.KeyID, UserID: c.UserID, LastCall: t})
+			}
 		}
 		b.Keys[k].Calls++
 		if t.After(b.Keys[k].LastCall) {
 			b.Keys[k].LastCall = t
 		}
-		kk := dayKey{c.KeyID, dk.day}
-		j, ok = keyDays[kk]
-		if !ok {
-			j = len(b.KeyDays)
-			keyDays[kk] = j
-			b.KeyDays = append(b.KeyDays, KeyDay{KeyID: c.KeyID, UserID: c.UserID, Day: day})
+		if newDay || kj < 0 || b.KeyDays[kj].KeyID != c.KeyID {
+			kk := dayKey{c.KeyID, day.Unix()}
+			var ok bool
+			if kj, ok = keyDays[kk]; !ok {
+				kj = len(b.KeyDays)
+				keyDays[kk] = kj
+				b.KeyDays = append(b.KeyDays, KeyDay{KeyID: c.KeyID, UserID: c.UserID, Day: day})
+			}
 		}
-		kd := &b.KeyDays[j]
+		kd := &b.KeyDays[kj]
 		kd.Calls++
 		if IsError(c.Status) {
 			kd.Errors++
 		}
 		kd.Latency.Add(d)
+	}
+	// Each user's calls, from their days.
+	perUser := make(map[int64]int)
+	for i := range b.Days {
+		perUser[b.Days[i].UserID] += int(b.Days[i].Latency.Count())
 	}
 	b.Users = make([]int64, 0, len(perUser))
 	for u := range perUser {
@@ -286,7 +325,7 @@ func Aggregate(calls []coinpulse.Call, keep func(userID int64) bool) *Batch {
 		if keep != nil && !keep(c.UserID) || drop != nil && drop[i] {
 			continue
 		}
-		c.Time = c.Time.UTC().Truncate(time.Microsecond)
+		c.Time = micro(c.Time)
 		c.Duration = c.Duration.Truncate(time.Microsecond)
 		b.Recent = append(b.Recent, c)
 	}

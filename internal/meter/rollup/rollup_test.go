@@ -167,3 +167,22 @@ func TestResultKeys(t *testing.T) {
 		t.Errorf("%d keys, want 2", len(u.Keys))
 	}
 }
+
+// BenchmarkAggregate is a full meter batch (8,192 calls, a millisecond
+// apart): of one user, as under bench/limits.sh, and of 1,000 users.
+func BenchmarkAggregate(b *testing.B) {
+	at := time.Date(2025, 3, 14, 12, 0, 0, 0, time.UTC)
+	for _, users := range []int{1, 1000} {
+		b.Run(fmt.Sprint("users=", users), func(b *testing.B) {
+			calls := make([]coinpulse.Call, 8192)
+			for i := range calls {
+				calls[i] = coinpulse.Call{UserID: int64(1 + i%users), KeyID: int64(1 + i%users), Mode: coinpulse.ModeLive,
+					Time: at.Add(time.Duration(i) * time.Millisecond), Duration: time.Millisecond, Status: 200, Counted: true}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				Aggregate(calls, nil)
+			}
+		})
+	}
+}
