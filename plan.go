@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 )
 
 // Unlimited marks a plan figure with no cap.
@@ -80,21 +81,40 @@ type planFile struct {
 		PerMinute       *figure   `json:"per_minute"`
 		PerSecond       *figure   `json:"per_second"`
 		Endpoints       Endpoints `json:"endpoints"`
-		Webhooks        bool      `json:"webhooks"`
+		Webhooks        *bool     `json:"webhooks"`
 		MaxPortfolios   *figure   `json:"max_portfolios"`
 		MaxActiveAlerts *figure   `json:"max_active_alerts"`
 	} `json:"plans"`
 }
 
+// MaxRate is the most calls a plan's per_second or per_minute may allow:
+// a billion, far above what a server answers, and low enough that the
+// limiters' arithmetic (in nanoseconds, or microseconds in Redis) cannot
+// overflow.
+const MaxRate = 1_000_000_000
+
 // LoadPlans reads a plan file (JSON, the format of plans/default.json):
-// every tier exactly once, every figure given. Unknown fields are errors,
-// so that a misspelt limit is not silently ignored.
+// every tier exactly once, every figure given. It is strict, so that a
+// mistake is not silently ignored: unknown fields, field names not spelt
+// exactly (encoding/json would match them whatever their case), a field
+// given twice in an object (encoding/json would keep the last) and
+// anything after the file's object are errors.
 func LoadPlans(r io.Reader) (map[Tier]Plan, error) {
-	dec := json.NewDecoder(r)
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("plan file: %w", err)
+	}
+	if err := checkKeys(data); err != nil {
+		return nil, fmt.Errorf("plan file: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var f planFile
 	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("plan file: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("plan file: something follows the file's object")
 	}
 	plans := make(map[Tier]Plan, len(Tiers))
 	for i, p := range f.Plans {
@@ -111,8 +131,13 @@ func LoadPlans(r io.Reader) (map[Tier]Plan, error) {
 				return nil, fmt.Errorf("%s: %s is missing", where, name)
 			}
 		}
-		if *p.PerMinute == Unlimited || *p.PerSecond == Unlimited || *p.PerMinute == 0 || *p.PerSecond == 0 {
-			return nil, fmt.Errorf("%s: per_minute and per_second must be whole numbers above 0", where)
+		if p.Webhooks == nil {
+			return nil, fmt.Errorf("%s: webhooks is missing", where)
+		}
+		for _, v := range []figure{*p.PerMinute, *p.PerSecond} {
+			if v == Unlimited || v == 0 || v > MaxRate {
+				return nil, fmt.Errorf("%s: per_minute and per_second must be whole numbers from 1 to %d", where, MaxRate)
+			}
 		}
 		switch p.Endpoints {
 		case EndpointsNone, EndpointsBasic, EndpointsAll:
@@ -124,7 +149,7 @@ func LoadPlans(r io.Reader) (map[Tier]Plan, error) {
 		}
 		plans[p.Tier] = Plan{
 			Tier: p.Tier, MonthlyCalls: int64(*p.MonthlyCalls), PerMinute: int(*p.PerMinute), PerSecond: int(*p.PerSecond),
-			Endpoints: p.Endpoints, Webhooks: p.Webhooks, MaxPortfolios: int(*p.MaxPortfolios), MaxActiveAlerts: int(*p.MaxActiveAlerts),
+			Endpoints: p.Endpoints, Webhooks: *p.Webhooks, MaxPortfolios: int(*p.MaxPortfolios), MaxActiveAlerts: int(*p.MaxActiveAlerts),
 		}
 	}
 	for _, t := range Tiers {
@@ -133,4 +158,52 @@ func LoadPlans(r io.Reader) (map[Tier]Plan, error) {
 		}
 	}
 	return plans, nil
+}
+
+// checkKeys reports a field name that is given twice in one object of
+// data, or not spelt in lowercase, as every field of a plan file is.
+func checkKeys(data []byte) error {
+	type object struct {
+		keys    map[string]bool
+		wantKey bool // whether the next string is a field name
+	}
+	var stack []*object // the objects and arrays (nil) data is in
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var in *object
+		if len(stack) > 0 {
+			in = stack[len(stack)-1]
+		}
+		if k, ok := tok.(string); ok && in != nil && in.wantKey {
+			if k != strings.ToLower(k) {
+				return fmt.Errorf("field %q: field names are in lowercase", k)
+			}
+			if in.keys[k] {
+				return fmt.Errorf("field %q is given twice in one object", k)
+			}
+			in.keys[k] = true
+			in.wantKey = false
+			continue
+		}
+		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
+			stack = stack[:len(stack)-1]
+			continue
+		}
+		if in != nil {
+			in.wantKey = true // a value: a name comes next (or the end)
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &object{keys: make(map[string]bool), wantKey: true})
+		case json.Delim('['):
+			stack = append(stack, nil)
+		}
+	}
 }

@@ -59,6 +59,11 @@ func TestLoadPlansRejects(t *testing.T) {
 	if _, err := LoadPlans(strings.NewReader(all(row("free", "")))); err != nil {
 		t.Fatalf("a valid file: %v", err)
 	}
+	fastest := strings.Replace(all(strings.Replace(row("free", ""), `"per_second":5`, `"per_second":1000000000`, 1)),
+		`{"plans":`, `{"_comment":"x","plans":`, 1) + "\n"
+	if plans, err := LoadPlans(strings.NewReader(fastest)); err != nil || plans[TierFree].PerSecond != MaxRate {
+		t.Fatalf("per_second of MaxRate, a trailing newline: %v", err)
+	}
 	for name, file := range map[string]string{
 		"unknown field":     all(row("free", `,"per_hour":3`)),
 		"unknown tier":      all(row("gold", "")),
@@ -71,6 +76,14 @@ func TestLoadPlansRejects(t *testing.T) {
 		"zero monthly":      all(strings.Replace(row("free", ""), `"monthly_calls":10`, `"monthly_calls":0`, 1)),
 		"unlimited per min": all(strings.Replace(row("free", ""), `"per_minute":60`, `"per_minute":"unlimited"`, 1)),
 		"not json":          `plans: []`,
+		"trailing data":     all(row("free", "")) + ` garbage`,
+		"a second object":   all(row("free", "")) + `{"plans":[]}`,
+		"field twice":       all(row("free", `,"monthly_calls":5`)),
+		"plans twice":       strings.Replace(all(row("free", "")), `{"plans":`, `{"plans":[],"plans":`, 1),
+		"field name case":   all(strings.Replace(row("free", ""), `"per_second"`, `"Per_Second"`, 1)),
+		"missing webhooks":  all(strings.Replace(row("free", ""), `"webhooks":true,`, ``, 1)),
+		"per second huge":   all(strings.Replace(row("free", ""), `"per_second":5`, `"per_second":1000000001`, 1)),
+		"per minute huge":   all(strings.Replace(row("free", ""), `"per_minute":60`, `"per_minute":99999999999999999`, 1)),
 	} {
 		if _, err := LoadPlans(strings.NewReader(file)); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -102,16 +104,49 @@ func (s *Server) authorize(p *principal, r *http.Request, rt Route) error {
 	if !ok {
 		return coinpulse.Errorf(coinpulse.CodePermissionDenied, "Your account's tier %q has no plan; contact support.", u.Tier)
 	}
+	if planAllows(plan, rt) {
+		return nil
+	}
+	why := "does not include webhooks and WebSocket streams"
+	switch {
+	case plan.Endpoints == coinpulse.EndpointsNone:
+		why = "has no API access (only /usage answers)"
+	case !rt.Basic && plan.Endpoints != coinpulse.EndpointsAll:
+		why = "includes only the basic endpoints (/markets, /markets/search, /markets/global, /coins/{id}, /usage)"
+	}
+	return coinpulse.Errorf(coinpulse.CodePermissionDenied, "The %s plan %s. %s", u.Tier, why, s.upgradeTo(u.Tier, rt))
+}
+
+// planAllows reports whether plan reaches rt.
+func planAllows(plan coinpulse.Plan, rt Route) bool {
 	switch {
 	case rt.Free:
+		return true
 	case plan.Endpoints == coinpulse.EndpointsNone:
-		return coinpulse.Errorf(coinpulse.CodePermissionDenied, "The %s plan has no API access (only /usage answers). Upgrade at /user/api to use %s.", u.Tier, routeLabel(rt))
+		return false
 	case !rt.Basic && plan.Endpoints != coinpulse.EndpointsAll:
-		return coinpulse.Errorf(coinpulse.CodePermissionDenied, "The %s plan includes only the basic endpoints (/markets, /markets/search, /markets/global, /coins/{id}, /usage). Upgrade to premium or higher at /user/api to use %s.", u.Tier, routeLabel(rt))
-	case rt.Webhooks && !plan.Webhooks:
-		return coinpulse.Errorf(coinpulse.CodePermissionDenied, "The %s plan does not include webhooks and WebSocket streams. Upgrade to premium or higher at /user/api to use %s.", u.Tier, routeLabel(rt))
+		return false
 	}
-	return nil
+	return !rt.Webhooks || plan.Webhooks
+}
+
+// upgradeTo says, by the plans the server runs with, which tier reaches
+// rt: the lowest above from ("or higher" when every tier above it does
+// too), else the lowest of the others.
+func (s *Server) upgradeTo(from coinpulse.Tier, rt Route) string {
+	allows := func(t coinpulse.Tier) bool { return planAllows(s.plans[t], rt) }
+	above := coinpulse.Tiers[slices.Index(coinpulse.Tiers, from)+1:]
+	if i := slices.IndexFunc(above, allows); i >= 0 {
+		higher := ""
+		if i < len(above)-1 && !slices.ContainsFunc(above[i:], func(t coinpulse.Tier) bool { return !allows(t) }) {
+			higher = " or higher"
+		}
+		return fmt.Sprintf("Upgrade to %s%s at /user/api to use %s.", above[i], higher, routeLabel(rt))
+	}
+	if i := slices.IndexFunc(coinpulse.Tiers, allows); i >= 0 {
+		return fmt.Sprintf("The %s plan includes %s: change plans at /user/api.", coinpulse.Tiers[i], routeLabel(rt))
+	}
+	return fmt.Sprintf("No plan of this service includes %s.", routeLabel(rt))
 }
 
 // keyCache keeps verified keys with their users in memory. An entry is

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -379,11 +380,62 @@ func TestPlanWithoutAPIAccess(t *testing.T) {
 	key, _ := newKey(t, newUser(t, coinpulse.TierPremium, nil), coinpulse.ModeLive, rw, nil)
 	res := do(t, srv.Server, "GET", "/api/v1/markets", key)
 	wantError(t, res, http.StatusForbidden, coinpulse.CodePermissionDenied)
-	if !strings.Contains(res.Error.Message, "no API access") || !strings.Contains(res.Error.Message, "/user/api") {
-		t.Errorf("message %q", res.Error.Message)
+	if want := "The premium plan has no API access (only /usage answers). Upgrade to pro or higher at /user/api to use GET /api/v1/markets."; res.Error.Message != want {
+		t.Errorf("message %q\nwant %q", res.Error.Message, want)
 	}
-	if res := do(t, srv.Server, "GET", "/api/v1/usage", key); res.Status != 200 {
-		t.Errorf("/usage without API access: %d %s", res.Status, res.Raw)
+	// /usage answers, and its month allows no call (not: no limit).
+	res = do(t, srv.Server, "GET", "/api/v1/usage", key)
+	if res.Status != 200 {
+		t.Fatalf("/usage without API access: %d %s", res.Status, res.Raw)
+	}
+	usage := decode[struct {
+		MonthlyLimit *int64 `json:"monthly_limit"`
+		Windows      []struct {
+			Window    string     `json:"window"`
+			Limit     *int64     `json:"limit"`
+			Remaining *int64     `json:"remaining"`
+			ResetsAt  *time.Time `json:"resets_at"`
+		} `json:"windows"`
+	}](t, res)
+	month := usage.Windows[len(usage.Windows)-1]
+	if usage.MonthlyLimit == nil || *usage.MonthlyLimit != 0 || month.Window != "month" || month.Limit == nil || *month.Limit != 0 ||
+		month.Remaining == nil || *month.Remaining != 0 || month.ResetsAt == nil || month.ResetsAt.Day() != 1 {
+		t.Errorf("monthly_limit %v, month window %+v; want 0 and 0 left until the 1st", usage.MonthlyLimit, month)
+	}
+}
+
+// A refusal names the tier that reaches the endpoint under the plans the
+// server runs with, not under the default ones.
+func TestPermissionDeniedNamesTheTier(t *testing.T) {
+	t.Parallel()
+	f, err := os.Open("../../plans/pro-only.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	proOnly, err := coinpulse.LoadPlans(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noStreams := plansWith(coinpulse.TierPremium, func(p *coinpulse.Plan) { p.Webhooks = false })
+	for _, c := range []struct {
+		plans map[coinpulse.Tier]coinpulse.Plan
+		tier  coinpulse.Tier
+		path  string
+		want  string
+	}{
+		{proOnly, coinpulse.TierFree, "/api/v1/markets", "The free plan has no API access (only /usage answers). Upgrade to pro at /user/api to use GET /api/v1/markets."},
+		{proOnly, coinpulse.TierEnterprise, "/api/v1/markets", "The enterprise plan has no API access (only /usage answers). The pro plan includes GET /api/v1/markets: change plans at /user/api."},
+		{nil, coinpulse.TierFree, "/api/v1/portfolio", "The free plan includes only the basic endpoints (/markets, /markets/search, /markets/global, /coins/{id}, /usage). Upgrade to premium or higher at /user/api to use GET /api/v1/portfolio."},
+		{noStreams, coinpulse.TierPremium, "/api/v1/webhooks", "The premium plan does not include webhooks and WebSocket streams. Upgrade to pro or higher at /user/api to use GET /api/v1/webhooks."},
+	} {
+		srv := newLimitedServer(t, c.plans)
+		key, _ := newKey(t, newUser(t, c.tier, nil), coinpulse.ModeLive, rw, nil)
+		res := do(t, srv.Server, "GET", c.path, key)
+		wantError(t, res, http.StatusForbidden, coinpulse.CodePermissionDenied)
+		if res.Error.Message != c.want {
+			t.Errorf("%s on %s: %q\nwant %q", c.tier, c.path, res.Error.Message, c.want)
+		}
 	}
 }
 

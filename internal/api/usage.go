@@ -107,6 +107,12 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
 		}
 		for _, st := range v.Windows {
 			uw := usageWindow{Window: st.Window, Limit: limitPtr(st.Limit)}
+			if st.Window == coinpulse.WindowMonth && account == p.live && plan.Endpoints == coinpulse.EndpointsNone {
+				// No API access: the month allows no call, which the
+				// limiter, never asked to count one, sees as no limit.
+				st.Limit, st.Remaining, st.Reset = 0, 0, out.MonthResetsAt
+				uw.Limit = &st.Limit
+			}
 			if uw.Limit != nil {
 				rem, reset := st.Remaining, st.Reset.UTC()
 				uw.Remaining, uw.ResetsAt = &rem, &reset
