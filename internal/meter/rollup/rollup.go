@@ -314,12 +314,14 @@ func Aggregate(calls []coinpulse.Call, keep func(userID int64) bool) *Batch {
 	// time, batch order breaking ties. A call's time is when it was
 	// admitted, so a long call is recorded after newer ones.
 	var drop []bool
+	recent := 0
 	for _, n := range perUser {
-		if n > RecentCalls {
+		recent += min(n, RecentCalls)
+		if n > RecentCalls && drop == nil {
 			drop = dropOld(calls, keep, perUser)
-			break
 		}
 	}
+	b.Recent = make([]coinpulse.Call, 0, recent)
 	for i := range calls {
 		c := calls[i]
 		if keep != nil && !keep(c.UserID) || drop != nil && drop[i] {
