@@ -67,8 +67,8 @@ type Limiter interface {
 	// a call that then failed on the server's side (a 5xx does not count):
 	// in each rolling window the part of the call's slot that is still
 	// ahead at the refund (nothing once the window has moved past it), so
-	// that no window admits more than its limit, and the call in the
-	// month it was counted in (nothing once another month has begun).
+	// that no window admits more than its limit; and the call to the
+	// month it was counted in (a month begun since gets nothing).
 	Refund(ctx context.Context, account string, l Limits, a Admission) error
 }
 
