@@ -161,7 +161,9 @@ func LoadPlans(r io.Reader) (map[Tier]Plan, error) {
 }
 
 // checkKeys reports a field name that is given twice in one object of
-// data, or not spelt in lowercase, as every field of a plan file is.
+// data, or not spelt in a-z, 0-9 and _ as every field of a plan file is
+// (encoding/json would match "Per_Second", or "per_ſecond" with a long s,
+// to per_second).
 func checkKeys(data []byte) error {
 	type object struct {
 		keys    map[string]bool
@@ -182,8 +184,8 @@ func checkKeys(data []byte) error {
 			in = stack[len(stack)-1]
 		}
 		if k, ok := tok.(string); ok && in != nil && in.wantKey {
-			if k != strings.ToLower(k) {
-				return fmt.Errorf("field %q: field names are in lowercase", k)
+			if strings.ContainsFunc(k, func(r rune) bool { return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') }) {
+				return fmt.Errorf("field %q: field names are spelt in a-z, 0-9 and _", k)
 			}
 			if in.keys[k] {
 				return fmt.Errorf("field %q is given twice in one object", k)

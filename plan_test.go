@@ -81,6 +81,7 @@ func TestLoadPlansRejects(t *testing.T) {
 		"field twice":       all(row("free", `,"monthly_calls":5`)),
 		"plans twice":       strings.Replace(all(row("free", "")), `{"plans":`, `{"plans":[],"plans":`, 1),
 		"field name case":   all(strings.Replace(row("free", ""), `"per_second"`, `"Per_Second"`, 1)),
+		"folded field name": all(row("free", `,"per_ſecond":1000`)),
 		"missing webhooks":  all(strings.Replace(row("free", ""), `"webhooks":true,`, ``, 1)),
 		"per second huge":   all(strings.Replace(row("free", ""), `"per_second":5`, `"per_second":1000000001`, 1)),
 		"per minute huge":   all(strings.Replace(row("free", ""), `"per_minute":60`, `"per_minute":99999999999999999`, 1)),

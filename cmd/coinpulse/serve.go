@@ -261,12 +261,15 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		// Every call the server admitted is written before the store
 		// closes: the handlers Shutdown does not wait for (WebSockets,
 		// which the hub is closing, and calls past its timeout) meter
-		// their calls first.
-		mctx, mcancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout)
-		defer mcancel()
-		if derr := srv.Drain(mctx); derr != nil {
+		// their calls first. Each wait has its own timeout, so that a
+		// call still running does not cost the queue its write.
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout)
+		defer dcancel()
+		if derr := srv.Drain(dctx); derr != nil {
 			log.Error("calls still running, not metered", "err", derr)
 		}
+		mctx, mcancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout)
+		defer mcancel()
 		if merr := mtr.Close(mctx); merr != nil {
 			log.Error("metering not drained", "err", merr)
 		}

@@ -359,6 +359,71 @@ func TestCallsAreMeteredAtTheLimitersTime(t *testing.T) {
 	}
 }
 
+// gatedLimiter is a limiter whose Allow waits until open is closed.
+type gatedLimiter struct {
+	coinpulse.Limiter
+	entered chan struct{}
+	open    chan struct{}
+}
+
+func (g gatedLimiter) Allow(ctx context.Context, account string, l coinpulse.Limits) (coinpulse.Verdict, error) {
+	g.entered <- struct{}{}
+	<-g.open
+	return g.Limiter.Allow(ctx, account, l)
+}
+
+// Drain waits for a call that is still running, admitted or not yet
+// (here: still in the limiter), until it has been metered.
+func TestDrainWaitsForRunningCalls(t *testing.T) {
+	t.Parallel()
+	base := testServer(t)
+	rec := &recordingMeter{}
+	gate := gatedLimiter{Limiter: ratelimit.NewMemory(time.Now, nil), entered: make(chan struct{}, 1), open: make(chan struct{})}
+	srv := New(Config{Store: shared.store, Market: base.market, Log: quiet, Limiter: gate, Meter: rec})
+	key, _ := newKey(t, newUser(t, coinpulse.TierPremium, nil), coinpulse.ModeLive, rw, nil)
+	if err := srv.Drain(context.Background()); err != nil {
+		t.Fatalf("Drain with nothing running: %v", err)
+	}
+	done := make(chan int)
+	go func() { done <- do(t, srv, "GET", "/api/v1/markets/global", key).Status }()
+	<-gate.entered
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := srv.Drain(ctx); err == nil {
+		t.Fatal("Drain returned nil while a call was in the limiter")
+	}
+	drained := make(chan error)
+	go func() { drained <- srv.Drain(context.Background()) }()
+	close(gate.open)
+	if err := <-drained; err != nil {
+		t.Fatal(err)
+	}
+	if n := rec.len(); n != 1 {
+		t.Errorf("%d calls metered when Drain returned, want 1", n)
+	}
+	if status := <-done; status != 200 {
+		t.Errorf("status %d", status)
+	}
+}
+
+// recordingMeter keeps the calls it is given.
+type recordingMeter struct {
+	mu    sync.Mutex
+	calls []coinpulse.Call
+}
+
+func (m *recordingMeter) Record(c coinpulse.Call) {
+	m.mu.Lock()
+	m.calls = append(m.calls, c)
+	m.mu.Unlock()
+}
+
+func (m *recordingMeter) len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.calls)
+}
+
 func TestSimulatedTimeout(t *testing.T) {
 	srv := newLimitedServer(t, nil)
 	old := simulateTimeoutFor

@@ -80,8 +80,8 @@ type Server struct {
 	meterer       Meter
 	mux           *http.ServeMux
 	routes        []Route
-	// running counts the admitted calls not yet handed to the meter; see
-	// Drain.
+	// running counts the routes' calls still running when calls are
+	// metered; see Drain.
 	running atomic.Int64
 
 	alertIndex          AlertIndex
@@ -245,11 +245,12 @@ func (s *Server) Run(ctx context.Context) {
 // SERVER_ERROR, then the routes.
 func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 
-// Drain waits until every call the server admitted has been metered, for
-// a graceful shutdown: after http.Server.Shutdown, some handlers still run
-// (WebSockets, which Shutdown does not wait for, and calls past its
-// timeout), and the meter must not close before they end. It returns nil,
-// or ctx's error, saying how many calls were still running.
+// Drain waits until no call of a route is running (when calls are
+// metered), for a graceful shutdown: after http.Server.Shutdown some
+// handlers still run (WebSockets, which Shutdown does not wait for, and
+// calls past its timeout), may yet be admitted, and meter their calls when
+// they end; the meter must not close before. It returns nil, or ctx's
+// error, saying how many calls were still running.
 func (s *Server) Drain(ctx context.Context) error {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -260,18 +261,9 @@ func (s *Server) Drain(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("api: %d admitted calls still running: %w", n, ctx.Err())
+			return fmt.Errorf("api: %d calls still running: %w", n, ctx.Err())
 		case <-tick.C:
 		}
-	}
-}
-
-// admitted marks e's call as admitted by its limits: it is metered when it
-// ends, and Drain waits for it until then.
-func (s *Server) admitted(e *exchange) {
-	if !e.admitted {
-		e.admitted = true
-		s.running.Add(1)
 	}
 }
 
@@ -417,6 +409,9 @@ func (s *Server) wrap(rt Route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		e := exchangeOf(w)
+		if s.meterer != nil {
+			s.running.Add(1) // until finish; see Drain
+		}
 		// Every call ends in finish, once: below, or here when the handler
 		// panicked (serveHTTP's recoverPanic then answers 500, unless the
 		// answer began), so that an admitted call is metered, and given
@@ -453,7 +448,7 @@ func (s *Server) wrap(rt Route) http.Handler {
 func (s *Server) finish(e *exchange, r *http.Request, rt Route, label string, obs *routeMetrics, took time.Duration) {
 	obs.observe(e.status, took)
 	s.meter(e, r, rt, label, took)
-	if e.admitted {
+	if s.meterer != nil {
 		s.running.Add(-1)
 	}
 	if s.log.Enabled(r.Context(), slog.LevelDebug) {
@@ -488,7 +483,7 @@ func (s *Server) admit(e *exchange, r *http.Request, rt Route) error {
 	if err := s.limit(e, r, rt); err != nil {
 		return err
 	}
-	s.admitted(e)
+	e.admitted = true
 	if rt.Method != http.MethodGet {
 		// No route that changes anything takes query parameters.
 		if _, err := parseQuery(r.URL.RawQuery); err != nil {

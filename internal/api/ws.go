@@ -74,7 +74,7 @@ func (s *Server) streamAuth(ctx context.Context, key string) (stream.Principal, 
 		e.principal = nil
 		return stream.Principal{}, err
 	}
-	s.admitted(e)
+	e.admitted = true
 	return streamPrincipal(p), nil
 }
 
