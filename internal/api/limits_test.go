@@ -469,19 +469,27 @@ func TestPlanWithoutAPIAccess(t *testing.T) {
 	}
 }
 
-// A refusal names the tier that reaches the endpoint under the plans the
-// server runs with, not under the default ones.
-func TestPermissionDeniedNamesTheTier(t *testing.T) {
-	t.Parallel()
+// proOnlyPlans loads the shipped plan file that gives API access to pro
+// alone.
+func proOnlyPlans(t *testing.T) map[coinpulse.Tier]coinpulse.Plan {
+	t.Helper()
 	f, err := os.Open("../../plans/pro-only.json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	proOnly, err := coinpulse.LoadPlans(f)
+	plans, err := coinpulse.LoadPlans(f)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return plans
+}
+
+// A refusal names the tier that reaches the endpoint under the plans the
+// server runs with, not under the default ones.
+func TestPermissionDeniedNamesTheTier(t *testing.T) {
+	t.Parallel()
+	proOnly := proOnlyPlans(t)
 	noStreams := plansWith(coinpulse.TierPremium, func(p *coinpulse.Plan) { p.Webhooks = false })
 	for _, c := range []struct {
 		plans map[coinpulse.Tier]coinpulse.Plan

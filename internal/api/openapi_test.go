@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -736,16 +735,7 @@ func limitsMatchSpec(t *testing.T, doc *openapi3.T) {
 	}
 
 	// The shipped plan file that gives API access to pro alone.
-	f, err := os.Open("../../plans/pro-only.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	plans, err := coinpulse.LoadPlans(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proOnly := newLimitedServer(t, plans)
+	proOnly := newLimitedServer(t, proOnlyPlans(t))
 	noAccess, _ := newKey(t, newUser(t, coinpulse.TierPremium, nil), coinpulse.ModeLive, rw, nil)
 	res = limitedCall(t, doc, proOnly.Server, with(global, noAccess, http.StatusForbidden, coinpulse.CodePermissionDenied))
 	if res.Header.Get("X-RateLimit-Limit") == "" || res.Header.Get("RateLimit-Policy") == "" {
