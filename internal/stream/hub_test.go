@@ -404,13 +404,7 @@ func TestSlowClientDropped(t *testing.T) {
 	if err := e.serveErr(t); !errors.Is(err, errTooSlow) {
 		t.Fatalf("Serve returned %v, want errTooSlow", err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for e.hub.Len() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("Len = %d after the drop", e.hub.Len())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	e.waitLen(t, 1)
 	// The slow client finds its connection closed once it reads.
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -431,9 +425,9 @@ func TestCloseClosesEveryone(t *testing.T) {
 		cs = append(cs, e.dialWelcome(t, "sk_user1_live"))
 	}
 	cs = append(cs, e.dial(t, "")) // not authenticated yet
-	if n := e.hub.Len(); n != 6 {
-		t.Fatalf("Len = %d", n)
-	}
+	// The client's handshake ends before the server registers the
+	// connection, so the sixth may take a moment to count.
+	e.waitLen(t, 6)
 	done := make(chan struct{})
 	go func() { e.hub.Close(); close(done) }()
 	for _, c := range cs {
@@ -488,10 +482,16 @@ func TestManyConnectionsNoLeak(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	e.waitLen(t, 0)
+}
+
+// waitLen waits up to 10 seconds for the hub to hold n connections.
+func (e *env) waitLen(t *testing.T, n int) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for e.hub.Len() != 0 {
+	for e.hub.Len() != n {
 		if time.Now().After(deadline) {
-			t.Fatalf("Len = %d", e.hub.Len())
+			t.Fatalf("Len = %d, want %d", e.hub.Len(), n)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
