@@ -80,6 +80,7 @@ type UsageStore interface {
 	RecordCalls(ctx context.Context, calls []Call) error
 	// MonthCalls returns the user's counted calls since monthStart.
 	MonthCalls(ctx context.Context, userID int64, monthStart time.Time) (int64, error)
-	// Usage returns the user's usage as of now.
+	// Usage returns the user's usage as of now, read in one snapshot: no
+	// batch of RecordCalls counts in some of its figures and not others.
 	Usage(ctx context.Context, userID int64, now time.Time) (*Usage, error)
 }

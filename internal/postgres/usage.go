@@ -207,11 +207,18 @@ func (db *DB) MonthCalls(ctx context.Context, userID int64, monthStart time.Time
 }
 
 // Usage returns the user's usage as of now (see coinpulse.Usage), reading
-// it in one round trip: a user without calls, or that does not exist, has
-// zeros and 30 empty days. The percentiles are bucket upper edges, per
-// internal/meter/rollup. It returns the database's error, if any.
+// it in one round trip and one snapshot: a user without calls, or that
+// does not exist, has zeros and 30 empty days. The percentiles are bucket
+// upper edges, per internal/meter/rollup. It returns the database's
+// error, if any.
 func (db *DB) Usage(ctx context.Context, userID int64, now time.Time) (*coinpulse.Usage, error) {
 	var batch pgx.Batch
+	// One repeatable-read transaction, so that the four reads see one
+	// snapshot: under read committed each takes its own, and a batch of
+	// calls landing between two of them would count in one and not in the
+	// other. A failed read leaves the transaction open; the pool then
+	// closes the connection rather than reuse it.
+	batch.Queue(`BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY`)
 	recent := make([]coinpulse.Call, 0, rollup.RecentCalls)
 	batch.Queue(`
 		SELECT key_id, mode, at, method, route, status, duration_us, request_id, counted
@@ -275,6 +282,7 @@ func (db *DB) Usage(ctx context.Context, userID int64, now time.Time) (*coinpuls
 			})
 			return err
 		})
+	batch.Queue(`COMMIT`)
 	if err := db.pool.SendBatch(ctx, &batch).Close(); err != nil {
 		return nil, fmt.Errorf("postgres: usage: %w", err)
 	}

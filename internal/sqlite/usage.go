@@ -313,32 +313,41 @@ func (db *DB) MonthCalls(ctx context.Context, userID int64, monthStart time.Time
 	return n, nil
 }
 
-// Usage returns the user's usage as of now (see coinpulse.Usage): a user
-// without calls, or that does not exist, has zeros and 30 empty days. The
-// percentiles are bucket upper edges, per internal/meter/rollup. It
-// returns the database's error, if any.
+// Usage returns the user's usage as of now (see coinpulse.Usage), read in
+// one snapshot: a user without calls, or that does not exist, has zeros
+// and 30 empty days. The percentiles are bucket upper edges, per
+// internal/meter/rollup. It returns the database's error, if any.
 func (db *DB) Usage(ctx context.Context, userID int64, now time.Time) (*coinpulse.Usage, error) {
-	recent, err := db.recentCalls(ctx, userID)
+	// One read transaction (a deferred BEGIN: the driver's immediate
+	// lock is for writes) so that the four reads see one snapshot: a
+	// batch landing between two of them would count in one and not in
+	// the other.
+	tx, err := db.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: usage: %w", err)
 	}
-	keys, err := db.keyUsage(ctx, userID)
+	defer tx.Rollback()
+	recent, err := recentCalls(ctx, tx, userID)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: usage: %w", err)
 	}
-	days, err := db.usageDays(ctx, userID, rollup.Since(now))
+	keys, err := keyUsage(ctx, tx, userID)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: usage: %w", err)
 	}
-	keyDays, err := db.keyDays(ctx, userID, now)
+	days, err := usageDays(ctx, tx, userID, rollup.Since(now))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: usage: %w", err)
 	}
-	return rollup.Result(now, recent, keys, days, keyDays), nil
+	kdays, err := keyDays(ctx, tx, userID, now)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: usage: %w", err)
+	}
+	return rollup.Result(now, recent, keys, days, kdays), nil
 }
 
-func (db *DB) recentCalls(ctx context.Context, userID int64) ([]coinpulse.Call, error) {
-	rows, err := db.db.QueryContext(ctx, `
+func recentCalls(ctx context.Context, q querier, userID int64) ([]coinpulse.Call, error) {
+	rows, err := q.QueryContext(ctx, `
 		SELECT key_id, mode, at, method, route, status, duration_us, request_id, counted
 		FROM api_calls WHERE user_id = ? ORDER BY at DESC, id DESC LIMIT ?`, userID, rollup.RecentCalls)
 	if err != nil {
@@ -359,8 +368,8 @@ func (db *DB) recentCalls(ctx context.Context, userID int64) ([]coinpulse.Call, 
 	return calls, rows.Err()
 }
 
-func (db *DB) keyUsage(ctx context.Context, userID int64) ([]coinpulse.KeyUsage, error) {
-	rows, err := db.db.QueryContext(ctx, `SELECT key_id, calls, last_call FROM key_usage WHERE user_id = ? ORDER BY key_id`, userID)
+func keyUsage(ctx context.Context, q querier, userID int64) ([]coinpulse.KeyUsage, error) {
+	rows, err := q.QueryContext(ctx, `SELECT key_id, calls, last_call FROM key_usage WHERE user_id = ? ORDER BY key_id`, userID)
 	if err != nil {
 		return nil, err
 	}
@@ -378,8 +387,8 @@ func (db *DB) keyUsage(ctx context.Context, userID int64) ([]coinpulse.KeyUsage,
 	return keys, rows.Err()
 }
 
-func (db *DB) usageDays(ctx context.Context, userID int64, since time.Time) ([]rollup.Day, error) {
-	rows, err := db.db.QueryContext(ctx, `SELECT day, calls, `+histColumns+` FROM usage_daily WHERE user_id = ? AND day >= ?`,
+func usageDays(ctx context.Context, q querier, userID int64, since time.Time) ([]rollup.Day, error) {
+	rows, err := q.QueryContext(ctx, `SELECT day, calls, `+histColumns+` FROM usage_daily WHERE user_id = ? AND day >= ?`,
 		userID, micros(since))
 	if err != nil {
 		return nil, err
@@ -404,9 +413,9 @@ func (db *DB) usageDays(ctx context.Context, userID int64, since time.Time) ([]r
 }
 
 // keyDays reads the user's keys' days of now's calendar month.
-func (db *DB) keyDays(ctx context.Context, userID int64, now time.Time) ([]rollup.KeyDay, error) {
+func keyDays(ctx context.Context, q querier, userID int64, now time.Time) ([]rollup.KeyDay, error) {
 	from, to := rollup.KeyMonth(now)
-	rows, err := db.db.QueryContext(ctx, `SELECT key_id, day, calls, errors, `+histColumns+`
+	rows, err := q.QueryContext(ctx, `SELECT key_id, day, calls, errors, `+histColumns+`
 		FROM key_usage_daily WHERE user_id = ? AND day >= ? AND day < ?`, userID, micros(from), micros(to))
 	if err != nil {
 		return nil, err

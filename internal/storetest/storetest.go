@@ -84,6 +84,7 @@ func Run(t *testing.T, open func(t *testing.T) coinpulse.Store) {
 		{"Usage/InvalidMode", testUsageInvalid},
 		{"Usage/Retention", testUsageRetention},
 		{"Usage/Concurrent", testUsageConcurrent},
+		{"Usage/Snapshot", testUsageSnapshot},
 		{"Alerts/CreateAndGet", testCreateAlert},
 		{"Alerts/CreateInvalid", testCreateAlertInvalid},
 		{"Alerts/OwnerScoping", testAlertOwnerScoping},

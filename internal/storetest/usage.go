@@ -642,3 +642,67 @@ func testUsageConcurrent(t *testing.T, s coinpulse.Store) {
 		t.Errorf("recent calls = %d, %d; want 50 each", len(gu.Recent), len(gv.Recent))
 	}
 }
+
+// testUsageSnapshot reads Usage while batches land: every read must be
+// one snapshot, its figures all counting the same batches.
+func testUsageSnapshot(t *testing.T, s coinpulse.Store) {
+	u := newUser(t, s, "usage-snap@example.com")
+	k := newKey(t, s, u.ID, t0)
+	const batches, per = 60, 7
+	stop, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		for b := range batches {
+			batch := make([]coinpulse.Call, per)
+			for i := range batch {
+				batch[i] = call(k, t0.Add(time.Duration(b*per+i)*time.Millisecond), time.Millisecond, "")
+			}
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if err := s.RecordCalls(t.Context(), batch); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	// check returns what is wrong with a read, "" when nothing is.
+	check := func(got *coinpulse.Usage) string {
+		if len(got.Keys) > 1 {
+			return fmt.Sprintf("Keys = %+v, want one key", got.Keys)
+		}
+		var total, month, today int64
+		if len(got.Keys) == 1 {
+			total, month, today = got.Keys[0].Calls, got.Keys[0].CallsMonth, got.Keys[0].CallsToday
+		}
+		if got.MonthCalls != total || month != total || today != total || got.Daily[29].Calls != total ||
+			len(got.Recent) != int(min(total, 50)) || total%per != 0 {
+			return fmt.Sprintf("not one snapshot of whole batches of %d: key total %d, key month %d, key today %d, MonthCalls %d, today %d, %d recent calls",
+				per, total, month, today, got.MonthCalls, got.Daily[29].Calls, len(got.Recent))
+		}
+		return ""
+	}
+	for reads := 1; ; reads++ {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("RecordCalls: %v", err)
+			}
+			got := usage(t, s, u.ID, usageNow)
+			if msg := check(got); msg != "" || got.MonthCalls != batches*per {
+				t.Fatalf("after the writes: MonthCalls = %d, want %d; %s", got.MonthCalls, batches*per, msg)
+			}
+			t.Logf("%d reads while %d batches were written", reads, batches)
+			return
+		default:
+		}
+		if msg := check(usage(t, s, u.ID, usageNow)); msg != "" {
+			close(stop)
+			<-done
+			t.Fatalf("read %d: %s", reads, msg)
+		}
+	}
+}
