@@ -110,9 +110,11 @@ type Hub struct {
 
 	mu     sync.RWMutex
 	closed bool
-	conns  map[*conn]struct{}
-	coins  map[string]*coinSubs
-	alerts map[ownerKey]map[*conn]struct{}
+	// closeDone is closed once Close has seen every connection end.
+	closeDone chan struct{}
+	conns     map[*conn]struct{}
+	coins     map[string]*coinSubs
+	alerts    map[ownerKey]map[*conn]struct{}
 
 	// pubMu serializes PublishPrices, which uses conn.pending and touched
 	// as scratch space.
@@ -151,9 +153,10 @@ func NewHub(cfg Config) *Hub {
 			OriginPatterns:     cfg.OriginPatterns,
 			InsecureSkipVerify: len(cfg.OriginPatterns) == 0,
 		},
-		conns:  make(map[*conn]struct{}),
-		coins:  make(map[string]*coinSubs),
-		alerts: make(map[ownerKey]map[*conn]struct{}),
+		closeDone: make(chan struct{}),
+		conns:     make(map[*conn]struct{}),
+		coins:     make(map[string]*coinSubs),
+		alerts:    make(map[ownerKey]map[*conn]struct{}),
 	}
 }
 
@@ -369,11 +372,13 @@ func (h *Hub) Principals() []Principal {
 
 // Close closes every connection with status 1001 (going away) and waits
 // until they have ended; later connections are refused the same way.
-// Close is idempotent.
+// Close is idempotent: a second call, concurrent or later, also returns
+// only once every connection has ended.
 func (h *Hub) Close() {
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
+		<-h.closeDone
 		return
 	}
 	h.closed = true
@@ -385,6 +390,7 @@ func (h *Hub) Close() {
 	for _, c := range cs {
 		<-c.finished
 	}
+	close(h.closeDone)
 }
 
 // Len returns the number of open connections, authenticated or not.

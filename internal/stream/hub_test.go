@@ -428,12 +428,24 @@ func TestCloseClosesEveryone(t *testing.T) {
 	// The client's handshake ends before the server registers the
 	// connection, so the sixth may take a moment to count.
 	e.waitLen(t, 6)
-	done := make(chan struct{})
+	// Two callers: neither returns before every connection has ended,
+	// which takes the clients' answers to the close.
+	done, again := make(chan struct{}), make(chan struct{})
 	go func() { e.hub.Close(); close(done) }()
+	go func() { e.hub.Close(); close(again) }()
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-done:
+		t.Fatal("Close returned before the clients answered the close")
+	case <-again:
+		t.Fatal("the second Close returned before the clients answered the close")
+	default:
+	}
 	for _, c := range cs {
 		c.expectClose(websocket.StatusGoingAway, "server shutting down")
 	}
 	<-done
+	<-again
 	if n := e.hub.Len(); n != 0 {
 		t.Fatalf("Len = %d after Close", n)
 	}
