@@ -278,7 +278,7 @@ func (db *DB) TouchKeys(ctx context.Context, lastUsed map[int64]time.Time) error
 // returns the database's error, if any.
 func (db *DB) AuthEpoch(ctx context.Context) (int64, error) {
 	var epoch int64
-	if err := db.db.QueryRowContext(ctx, `SELECT epoch FROM auth_epoch WHERE id = 1`).Scan(&epoch); err != nil {
+	if err := db.authEpoch.QueryRowContext(ctx).Scan(&epoch); err != nil {
 		return 0, fmt.Errorf("sqlite: auth epoch: %w", err)
 	}
 	return epoch, nil

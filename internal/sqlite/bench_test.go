@@ -132,3 +132,20 @@ func BenchmarkKeyByHash(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkAuthEpoch measures the poll every node runs 40 times a second
+// (internal/api's key cache).
+func BenchmarkAuthEpoch(b *testing.B) {
+	ctx := b.Context()
+	db, err := Open(ctx, filepath.Join(b.TempDir(), "bench.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := db.AuthEpoch(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -33,7 +33,9 @@ type DB struct {
 	db  *sql.DB
 	now func() time.Time
 
-	keyByHash *sql.Stmt
+	// Prepared once: every authentication that misses the key cache, and
+	// every node's poll of the auth epoch (40 a second), runs one.
+	keyByHash, authEpoch *sql.Stmt
 }
 
 var _ coinpulse.Store = (*DB)(nil)
@@ -108,7 +110,10 @@ func (db *DB) init(ctx context.Context) error {
 		return err
 	}
 	var err error
-	db.keyByHash, err = db.db.PrepareContext(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE hash = ?`)
+	if db.keyByHash, err = db.db.PrepareContext(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE hash = ?`); err != nil {
+		return err
+	}
+	db.authEpoch, err = db.db.PrepareContext(ctx, `SELECT epoch FROM auth_epoch WHERE id = 1`)
 	return err
 }
 
@@ -116,8 +121,10 @@ func (db *DB) init(ctx context.Context) error {
 // closing them gave.
 func (db *DB) Close() error {
 	var errs []error
-	if db.keyByHash != nil {
-		errs = append(errs, db.keyByHash.Close())
+	for _, st := range []*sql.Stmt{db.keyByHash, db.authEpoch} {
+		if st != nil {
+			errs = append(errs, st.Close())
+		}
 	}
 	errs = append(errs, db.db.Close())
 	return errors.Join(errs...)
