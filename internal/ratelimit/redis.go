@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -95,8 +96,9 @@ type scriptReply struct {
 // to maxBatch checks in one write and one read, and on one Redis server in
 // one run of limit.lua, which decides them one after another. A check
 // waits for no timer: the pipeline sends whatever is waiting as soon as it
-// is free, so the busier the node, the more checks share a trip and a run
-// (bench/limits.sh: about 13 at 64 connections). Running a check costs
+// is free (after letting the goroutines ready to run queue their checks),
+// so the busier the node, the more checks share a trip and a run
+// (about 21 under bench/limits.sh's 64 connections). Running a check costs
 // Redis far less than starting a script does, so sharing the run is what
 // keeps Redis's CPU per call low; each check is still decided atomically,
 // with all its windows, on the server's clock. bench/limits.sh measured
@@ -420,6 +422,15 @@ func (r *Redis) pipeline() {
 		case first := <-r.calls:
 			batch = append(batch[:0], first)
 		}
+		// Let the goroutines that are ready to run do so before the
+		// batch is closed: those about to check join this trip rather
+		// than wait for the next. It costs nothing when none is ready;
+		// under load it doubles the checks a trip carries (about 10 to
+		// 21 at 64 connections) and takes a quarter off Redis's CPU, at
+		// the same throughput and latency (bench/limits.sh's load), and two
+		// callers at once share a trip instead of taking turns
+		// (BenchmarkRedisAllowParallel: 108 to 61 µs).
+		runtime.Gosched()
 	fill:
 		for len(batch) < maxBatch {
 			select {
