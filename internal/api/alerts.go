@@ -54,7 +54,7 @@ func alertNotFound(s string) error {
 
 // maxAlerts is the owner's cap on active alerts under p's plan (-1: none).
 func (s *Server) maxAlerts(p *principal) int {
-	n := s.plans[p.user.Tier].MaxActiveAlerts
+	n := s.planMap()[p.user.Tier].MaxActiveAlerts
 	if n == coinpulse.Unlimited {
 		return -1
 	}

@@ -100,7 +100,7 @@ func (s *Server) authorize(p *principal, r *http.Request, rt Route) error {
 	if !p.key.Permissions.Has(need) {
 		return coinpulse.Errorf(coinpulse.CodePermissionDenied, "This key lacks the %s permission that %s %s needs. Create a key with it at /user/api.", need, r.Method, r.URL.Path)
 	}
-	plan, ok := s.plans[u.Tier]
+	plan, ok := s.planMap()[u.Tier]
 	if !ok {
 		return coinpulse.Errorf(coinpulse.CodePermissionDenied, "Your account's tier %q has no plan; contact support.", u.Tier)
 	}
@@ -134,7 +134,7 @@ func planAllows(plan coinpulse.Plan, rt Route) bool {
 // rt: the lowest above from ("or higher" when every tier above it does
 // too), else the lowest of the others.
 func (s *Server) upgradeTo(from coinpulse.Tier, rt Route) string {
-	allows := func(t coinpulse.Tier) bool { return planAllows(s.plans[t], rt) }
+	allows := func(t coinpulse.Tier) bool { return planAllows(s.planMap()[t], rt) }
 	above := coinpulse.Tiers[slices.Index(coinpulse.Tiers, from)+1:]
 	if i := slices.IndexFunc(above, allows); i >= 0 {
 		higher := ""

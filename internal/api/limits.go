@@ -91,7 +91,7 @@ func (s *Server) limitsOf(p *principal, rt Route) (string, coinpulse.Limits) {
 	if p.key.Mode == coinpulse.ModeTest || rt.Free {
 		return p.sandbox, s.sandboxLimits
 	}
-	return p.live, s.plans[p.user.Tier].Limits()
+	return p.live, s.planMap()[p.user.Tier].Limits()
 }
 
 // peekHeaders sets the rate-limit headers without counting a call, for

@@ -609,3 +609,27 @@ func TestMonthSeconds(t *testing.T) {
 		}
 	}
 }
+
+// SetPlans (serve's SIGHUP) puts new plans in force from the next call:
+// the windows and the endpoints a tier reaches follow them at once.
+func TestSetPlans(t *testing.T) {
+	t.Parallel()
+	srv := newLimitedServer(t, nil)
+	key, _ := newKey(t, newUser(t, coinpulse.TierPremium, nil), coinpulse.ModeLive, rw, nil)
+	limit := func(want string) {
+		t.Helper()
+		res := do(t, srv.Server, "GET", "/api/v1/markets/global", key)
+		if res.Status != 200 || res.Header.Get("X-RateLimit-Limit") != want {
+			t.Fatalf("status %d, X-RateLimit-Limit %q; want 200 and %s", res.Status, res.Header.Get("X-RateLimit-Limit"), want)
+		}
+	}
+	limit("5") // the second window, premium's 5 a second, is the closest
+	srv.SetPlans(t.Context(), plansWith(coinpulse.TierPremium, func(p *coinpulse.Plan) { p.PerSecond, p.PerMinute = 50, 600 }))
+	limit("50")
+	srv.SetPlans(t.Context(), proOnlyPlans(t))
+	res := do(t, srv.Server, "GET", "/api/v1/markets/global", key)
+	wantError(t, res, http.StatusForbidden, coinpulse.CodePermissionDenied)
+	if !strings.Contains(res.Error.Message, "Upgrade to pro") {
+		t.Errorf("message %q does not name pro", res.Error.Message)
+	}
+}

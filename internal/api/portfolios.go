@@ -131,7 +131,7 @@ func (s *Server) createPortfolio(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	p := exchangeOf(w).principal
-	max := s.plans[p.user.Tier].MaxPortfolios
+	max := s.planMap()[p.user.Tier].MaxPortfolios
 	now := s.clock().UTC()
 	port := &coinpulse.Portfolio{Owner: owner(w), Name: name, Description: desc, CreatedAt: now, UpdatedAt: now}
 	if err := s.store.CreatePortfolio(r.Context(), port, max); err != nil {

@@ -64,11 +64,12 @@ type Config struct {
 // Server is the HTTP interface. Create it with New, serve Handler, and run
 // Run alongside for its background work.
 type Server struct {
-	store   coinpulse.Store
-	market  *market.Engine
-	clock   coinpulse.Clock
-	log     *slog.Logger
-	plans   map[coinpulse.Tier]coinpulse.Plan
+	store  coinpulse.Store
+	market *market.Engine
+	clock  coinpulse.Clock
+	log    *slog.Logger
+	// plans are the plans in force: SetPlans replaces them.
+	plans   atomic.Pointer[map[coinpulse.Tier]coinpulse.Plan]
 	maxBody int64
 	keys    *keyCache
 	// portfolios keeps encoded portfolios by version and snapshot.
@@ -130,7 +131,7 @@ var Prefixes = []string{"/api/v1", "/v1"}
 func New(cfg Config) *Server {
 	s := &Server{
 		store: cfg.Store, market: cfg.Market, clock: cfg.Clock, log: cfg.Log,
-		plans: cfg.Plans, maxBody: cfg.MaxBody, mux: http.NewServeMux(),
+		maxBody: cfg.MaxBody, mux: http.NewServeMux(),
 		limiter: cfg.Limiter, sandboxLimits: DefaultSandboxLimits, meterer: cfg.Meter,
 		alertIndex: cfg.AlertIndex, deliveries: cfg.Deliveries, webhookAllowPrivate: cfg.WebhookAllowPrivate,
 		resolver: cfg.Resolver, dashboard: cfg.Dashboard,
@@ -144,9 +145,11 @@ func New(cfg Config) *Server {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	if s.plans == nil {
-		s.plans = coinpulse.DefaultPlans()
+	plans := cfg.Plans
+	if plans == nil {
+		plans = coinpulse.DefaultPlans()
 	}
+	s.plans.Store(&plans)
 	if s.maxBody <= 0 {
 		s.maxBody = 64 << 10
 	}

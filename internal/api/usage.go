@@ -82,7 +82,7 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
 	}
 	p := exchangeOf(w).principal
 	now := s.clock().UTC()
-	plan := s.plans[p.user.Tier]
+	plan := s.planMap()[p.user.Tier]
 	u, err := s.store.Usage(r.Context(), p.user.ID, now)
 	if err != nil {
 		return err

@@ -472,3 +472,21 @@ func TestWSClosedOnRevocation(t *testing.T) {
 	}
 	other.quiet("after another account's downgrade")
 }
+
+// New plans (SetPlans, serve's SIGHUP) that take streams from a tier close
+// its accounts' WebSockets, and only those.
+func TestSetPlansClosesStreams(t *testing.T) {
+	t.Parallel()
+	env := newAlertEnv(t, alertEnvOptions{})
+	url := wsServer(t, env)
+	pro := mustDialWS(t, url, env.key(env.user(coinpulse.TierPro), coinpulse.ModeLive, rw))
+	ent := mustDialWS(t, url, env.key(env.user(coinpulse.TierEnterprise), coinpulse.ModeLive, rw))
+	pro.expect("welcome")
+	ent.expect("welcome")
+	env.srv.SetPlans(env.ctx, plansWith(coinpulse.TierPro, func(p *coinpulse.Plan) { p.Webhooks = false }))
+	pro.expect("error")
+	if ce := pro.closed(); ce.Code != websocket.StatusPolicyViolation {
+		t.Errorf("after the plans changed: closed with %d %q, want 1008", ce.Code, ce.Reason)
+	}
+	ent.quiet("a tier the new plans leave its streams")
+}

@@ -26,6 +26,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"coinpulse"
@@ -83,8 +84,9 @@ type Config struct {
 
 // Dashboard is the web app. Create it with New and serve Handler.
 type Dashboard struct {
-	store      coinpulse.Store
-	plans      map[coinpulse.Tier]coinpulse.Plan
+	store coinpulse.Store
+	// plans are the plans in force: SetPlans replaces them.
+	plans      atomic.Pointer[map[coinpulse.Tier]coinpulse.Plan]
 	clock      coinpulse.Clock
 	log        *slog.Logger
 	billingURL string
@@ -102,13 +104,23 @@ var templateFiles embed.FS
 //go:embed static
 var staticFiles embed.FS
 
+// SetPlans shows plans from the next page on (serve does so on SIGHUP).
+// plans must have every tier, as coinpulse.LoadPlans makes sure; the
+// caller must not change it afterwards.
+func (d *Dashboard) SetPlans(plans map[coinpulse.Tier]coinpulse.Plan) { d.plans.Store(&plans) }
+
+// plan returns tier's plan in force.
+func (d *Dashboard) plan(t coinpulse.Tier) coinpulse.Plan { return (*d.plans.Load())[t] }
+
 // New returns a Dashboard over cfg. It panics if the embedded templates do
 // not parse, which a test catches.
 func New(cfg Config) *Dashboard {
-	d := &Dashboard{store: cfg.Store, plans: cfg.Plans, clock: cfg.Clock, log: cfg.Log, billingURL: cfg.BillingURL, secure: cfg.Secure}
-	if d.plans == nil {
-		d.plans = coinpulse.DefaultPlans()
+	d := &Dashboard{store: cfg.Store, clock: cfg.Clock, log: cfg.Log, billingURL: cfg.BillingURL, secure: cfg.Secure}
+	plans := cfg.Plans
+	if plans == nil {
+		plans = coinpulse.DefaultPlans()
 	}
+	d.plans.Store(&plans)
 	if d.clock == nil {
 		d.clock = time.Now
 	}

@@ -122,7 +122,7 @@ func (d *Dashboard) dataAccount(w http.ResponseWriter, r *http.Request) {
 	if a == nil {
 		return
 	}
-	u, p := a.user, d.plans[a.user.Tier]
+	u, p := a.user, d.plan(a.user.Tier)
 	var billing *string
 	if d.billingURL != "" {
 		billing = &d.billingURL

@@ -184,7 +184,7 @@ type accountData struct {
 }
 
 func (d *Dashboard) load(ctx context.Context, u *coinpulse.User) (*accountData, error) {
-	a := &accountData{now: d.now(), plan: d.plans[u.Tier]}
+	a := &accountData{now: d.now(), plan: d.plan(u.Tier)}
 	var err error
 	if a.keys, err = d.store.KeysByUser(ctx, u.ID); err != nil {
 		return nil, err
