@@ -346,3 +346,63 @@ func TestSIGTERMMetersEveryAdmittedCall(t *testing.T) {
 	}
 	t.Logf("%d calls answered and metered", n)
 }
+
+// SIGHUP reloads the --plans file: the calls after it are held to the new
+// plans, and a file that does not load leaves the old ones in force.
+func TestSIGHUPReloadsPlans(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "coinpulse.db")
+	db := "sqlite:" + path
+	key := premiumKey(t, db)
+	plans := plansFile(t, 100)
+	p := startProc(t, "--db", db, "--plans", plans)
+	// The month is premium's closest window here: the rolling ones are huge.
+	limit := func() string {
+		t.Helper()
+		req, _ := http.NewRequest("GET", p.base+"/api/v1/markets/global", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			t.Fatalf("status %d", res.StatusCode)
+		}
+		return res.Header.Get("X-RateLimit-Limit")
+	}
+	if got := limit(); got != "100" {
+		t.Fatalf("X-RateLimit-Limit %q before the reload, want 100", got)
+	}
+	hup := func(logged string) {
+		t.Helper()
+		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for !strings.Contains(p.stderr.String(), logged) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q in the log 30 s after SIGHUP\n%s", logged, p.stderr)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	b, err := os.ReadFile(plansFile(t, 200))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(plans, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hup("plans reloaded")
+	if got := limit(); got != "200" {
+		t.Fatalf("X-RateLimit-Limit %q after the reload, want 200", got)
+	}
+	if err := os.WriteFile(plans, []byte(`{"plans": [`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hup("plans not reloaded")
+	if got := limit(); got != "200" {
+		t.Fatalf("X-RateLimit-Limit %q after a failed reload, want 200 still", got)
+	}
+	p.term(t)
+}

@@ -10,9 +10,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -114,16 +116,44 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	}
 	c.plans = coinpulse.DefaultPlans()
 	if c.plansFile != "" {
-		f, err := os.Open(c.plansFile)
+		plans, err := readPlans(c.plansFile)
 		if err != nil {
-			return c, fmt.Errorf("--plans: %w", err)
+			return c, err
 		}
-		defer f.Close()
-		if c.plans, err = coinpulse.LoadPlans(f); err != nil {
-			return c, fmt.Errorf("--plans %s: %w", c.plansFile, err)
-		}
+		c.plans = plans
 	}
 	return c, nil
+}
+
+// readPlans loads the plan file at path (--plans).
+func readPlans(path string) (map[coinpulse.Tier]coinpulse.Plan, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--plans: %w", err)
+	}
+	defer f.Close()
+	plans, err := coinpulse.LoadPlans(f)
+	if err != nil {
+		return nil, fmt.Errorf("--plans %s: %w", path, err)
+	}
+	return plans, nil
+}
+
+// reloadPlans reads the --plans file again (on SIGHUP) and puts its plans
+// in force on srv and dash. A file that does not load changes nothing.
+func reloadPlans(ctx context.Context, path string, srv *api.Server, dash *dashboard.Dashboard, log *slog.Logger) {
+	if path == "" {
+		log.Warn("SIGHUP: no --plans file to reload; the shipped plans stay in force")
+		return
+	}
+	plans, err := readPlans(path)
+	if err != nil {
+		log.Error("SIGHUP: plans not reloaded; the previous ones stay in force", "err", err)
+		return
+	}
+	dash.SetPlans(plans)
+	srv.SetPlans(ctx, plans)
+	log.Info("plans reloaded", "file", path)
 }
 
 // The delivery lease (--delivery-lease): the dispatcher's default, and the
@@ -200,7 +230,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	sender := notify.NewSender(notify.SenderOptions{AllowPrivate: cfg.webhookAllowPrivate})
 	dispatcher := notify.NewDispatcher(store, sender, mailer, log, notify.DispatchOptions{Lease: cfg.deliveryLease})
 	apiCfg.AlertIndex, apiCfg.Deliveries, apiCfg.WebhookAllowPrivate = evaluator, dispatcher, cfg.webhookAllowPrivate
-	apiCfg.Dashboard = dashboard.New(dashboard.Config{Store: store, Plans: cfg.plans, Log: log, BillingURL: cfg.billingURL}).Handler()
+	dash := dashboard.New(dashboard.Config{Store: store, Plans: cfg.plans, Log: log, BillingURL: cfg.billingURL})
+	apiCfg.Dashboard = dash.Handler()
 	srv := api.New(apiCfg)
 	hub := srv.Hub()
 	announceFirings(evaluator, hub, dispatcher)
@@ -226,6 +257,21 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		wg.Go(func() { mtr.Run(bg) })
 	}
 	wg.Go(func() { dispatcher.Run(bg) })
+	// SIGHUP puts the --plans file's plans in force again, without a
+	// restart.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	wg.Go(func() {
+		for {
+			select {
+			case <-bg.Done():
+				return
+			case <-hup:
+				reloadPlans(bg, cfg.plansFile, srv, dash, log)
+			}
+		}
+	})
 	snaps := engine.Subscribe()
 	prices := engine.Subscribe()
 	wg.Go(func() { evaluator.Run(bg, snaps) })
