@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -52,9 +53,14 @@ type Redis struct {
 	// keyCache holds each account's *accountKeys; see keys.
 	keyCache sync.Map
 
-	// calls are the checks waiting for a pipeline; see pipeline.
+	// calls are the checks waiting for a pipeline; see pipeline. Every
+	// check that gets into calls is answered: by a pipeline, or by Close,
+	// which empties calls once no check is on its way in (senders counts
+	// those) and isClosed turns the later ones away.
 	calls     chan *scriptCall
-	closed    chan struct{}
+	senders   atomic.Int64
+	isClosed  atomic.Bool
+	closed    chan struct{} // stops the pipelines
 	startOnce sync.Once
 	closeOnce sync.Once
 }
@@ -387,29 +393,32 @@ func (r *Redis) run(ctx context.Context, c *scriptCall, account string) ([]int64
 		c.group += "/" + account
 	}
 	c.done = make(chan scriptReply, 1)
+	r.senders.Add(1)
+	if r.isClosed.Load() {
+		r.senders.Add(-1)
+		return nil, errClosed
+	}
 	// A select costs a lock per channel it names, and asking an HTTP
 	// request's context for Done makes it a channel to close: so a check
 	// queues at once when there is room, whatever ctx says, and ctx bounds
-	// only a wait for room.
+	// only a wait for room (which Close ends by emptying the queue).
 	select {
 	case r.calls <- c:
 	default:
 		select {
 		case r.calls <- c:
-		case <-r.closed:
-			return nil, errClosed
 		case <-ctx.Done():
+			r.senders.Add(-1)
 			return nil, ctx.Err()
 		}
 	}
-	// Once queued, the check waits for its reply whatever ctx says: the
-	// pipeline answers every check it takes within pipelineTimeout.
-	select {
-	case rep := <-c.done:
-		return rep.res, rep.err
-	case <-r.closed:
-		return nil, errClosed
-	}
+	r.senders.Add(-1)
+	// Once queued, the check waits for its reply whatever ctx says: a
+	// pipeline answers every check it takes within pipelineTimeout, and
+	// Close every check it takes from the queue at once. Waiting on one
+	// channel, the check's own, costs one lock no other check contends.
+	rep := <-c.done
+	return rep.res, rep.err
 }
 
 // pipeline sends the waiting checks together until Close.
@@ -549,8 +558,36 @@ func allOneGroup(batch []*scriptCall) bool {
 	return true
 }
 
-// Close stops the limiter's pipelines: checks waiting and checks after it
-// fail. It does not close the client.
+// Close stops the limiter's pipelines: checks still queued and checks
+// after it fail, checks on their way to Redis get their verdict. It does
+// not close the client.
 func (r *Redis) Close() {
-	r.closeOnce.Do(func() { close(r.closed) })
+	r.closeOnce.Do(func() {
+		r.isClosed.Store(true)
+		close(r.closed)
+		// A check counted in senders saw isClosed false and is queueing:
+		// answer the queue until none is left on its way in, then once
+		// more for those that queued last. A pipeline may take some
+		// meanwhile; it answers them too.
+		for {
+			r.failQueued()
+			if r.senders.Load() == 0 {
+				r.failQueued()
+				return
+			}
+			runtime.Gosched()
+		}
+	})
+}
+
+// failQueued answers errClosed to every check in the queue.
+func (r *Redis) failQueued() {
+	for {
+		select {
+		case c := <-r.calls:
+			c.done <- scriptReply{err: errClosed}
+		default:
+			return
+		}
+	}
 }

@@ -2,9 +2,12 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -358,5 +361,44 @@ func admitAll(t *testing.T, n int, what string, allow func() (coinpulse.Verdict,
 		if err := <-errs; err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
+	}
+}
+
+// Close while checks are queueing: every check returns, with its verdict
+// or with errClosed, none is left waiting.
+func TestRedisCloseUnderLoad(t *testing.T) {
+	lim := NewRedis(newTestClient(t), nil, WithPrefix(testPrefix(t)))
+	l := coinpulse.Limits{PerSecond: 1000000, PerMinute: 10000000, Monthly: coinpulse.Unlimited}
+	ctx := context.Background()
+	var answered, refused atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 300 {
+		wg.Go(func() {
+			for {
+				_, err := lim.Allow(ctx, fmt.Sprint("acct-", i%7), l)
+				if err != nil {
+					if !errors.Is(err, errClosed) {
+						t.Errorf("Allow: %v, want a verdict or errClosed", err)
+					}
+					refused.Add(1)
+					return
+				}
+				answered.Add(1)
+			}
+		})
+	}
+	for answered.Load() < 500 {
+		time.Sleep(time.Millisecond)
+	}
+	lim.Close()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("checks still waiting 10 s after Close (%d answered, %d refused)", answered.Load(), refused.Load())
+	}
+	if refused.Load() != 300 {
+		t.Errorf("%d checkers saw errClosed, want 300", refused.Load())
 	}
 }
