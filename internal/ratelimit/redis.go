@@ -85,6 +85,11 @@ type scriptCall struct {
 	done   chan scriptReply // buffered: the pipeline never waits on it
 }
 
+// callPool recycles scriptCalls, with their reply channels: a check
+// takes one and puts it back once run has returned, when neither a
+// pipeline nor Close holds it any more.
+var callPool = sync.Pool{New: func() any { return &scriptCall{done: make(chan scriptReply, 1)} }}
+
 // The mode argument of limit.lua: count the call, or only look.
 var argCommit, argPeek any = "1", "0"
 
@@ -217,9 +222,11 @@ func (r *Redis) check(ctx context.Context, account string, l coinpulse.Limits, c
 		if attempt == 4 {
 			return coinpulse.Verdict{}, fmt.Errorf("ratelimit: %s: the month keeps changing under the check", account)
 		}
-		res, err := r.run(ctx, &scriptCall{now: nowArg, keys: r.keys(account, start), mode: mode, seed: seed,
-			params: params{start.UnixMicro(), end.UnixMicro(), sec.t / unit, sec.tau / unit, minute.t / unit, minute.tau / unit, l.Monthly},
-		}, account)
+		c := callPool.Get().(*scriptCall)
+		c.now, c.keys, c.mode, c.seed = nowArg, r.keys(account, start), mode, seed
+		c.params = params{start.UnixMicro(), end.UnixMicro(), sec.t / unit, sec.tau / unit, minute.t / unit, minute.tau / unit, l.Monthly}
+		res, err := r.run(ctx, c, account)
+		callPool.Put(c) // run returns once nothing else holds c
 		if err != nil {
 			return coinpulse.Verdict{}, fmt.Errorf("ratelimit: redis: %w", err)
 		}
@@ -392,7 +399,6 @@ func (r *Redis) run(ctx context.Context, c *scriptCall, account string) ([]int64
 	if r.cluster {
 		c.group += "/" + account
 	}
-	c.done = make(chan scriptReply, 1)
 	r.senders.Add(1)
 	if r.isClosed.Load() {
 		r.senders.Add(-1)
