@@ -180,6 +180,9 @@ func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
 }
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	cfg, err := parseServe(args, getenv, stderr)
 	if err != nil {
 		return err
@@ -258,10 +261,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	wg.Go(func() { dispatcher.Run(bg) })
 	// SIGHUP puts the --plans file's plans in force again, without a
-	// restart.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	// restart (hup is watched from the start, so that an early one does
+	// not end the process).
 	wg.Go(func() {
 		for {
 			select {

@@ -124,6 +124,21 @@ type Route struct {
 	Handler func(w http.ResponseWriter, r *http.Request) error
 }
 
+// planMap returns the plans in force, which callers must not change.
+func (s *Server) planMap() map[coinpulse.Tier]coinpulse.Plan { return *s.plans.Load() }
+
+// SetPlans puts plans in force from the next call on (serve does so on
+// SIGHUP): the rate limits, endpoints, webhooks and portfolio and alert
+// allowances of every call that follows are the new plans', and the
+// WebSocket streams of accounts whose plan no longer includes them are
+// closed. plans must have every tier, as coinpulse.LoadPlans makes sure;
+// the caller must not change it afterwards. It returns once the streams
+// are checked; a failed check of one is logged and leaves it open.
+func (s *Server) SetPlans(ctx context.Context, plans map[coinpulse.Tier]coinpulse.Plan) {
+	s.plans.Store(&plans)
+	s.recheckStreams(ctx)
+}
+
 // Prefixes are the version prefixes every API route is served under.
 var Prefixes = []string{"/api/v1", "/v1"}
 

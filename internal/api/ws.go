@@ -97,21 +97,6 @@ func (s *Server) streamResolve(idOrSymbol string) (string, error) {
 // Hub returns the server's WebSocket hub, to publish prices and alerts.
 func (s *Server) Hub() *stream.Hub { return s.hub }
 
-// planMap returns the plans in force, which callers must not change.
-func (s *Server) planMap() map[coinpulse.Tier]coinpulse.Plan { return *s.plans.Load() }
-
-// SetPlans puts plans in force from the next call on (serve does so on
-// SIGHUP): the rate limits, endpoints, webhooks and portfolio and alert
-// allowances of every call that follows are the new plans', and the
-// WebSocket streams of accounts whose plan no longer includes them are
-// closed. plans must have every tier, as coinpulse.LoadPlans makes sure;
-// the caller must not change it afterwards. It returns once the streams
-// are checked; a failed check of one is logged and leaves it open.
-func (s *Server) SetPlans(ctx context.Context, plans map[coinpulse.Tier]coinpulse.Plan) {
-	s.plans.Store(&plans)
-	s.recheckStreams(ctx)
-}
-
 // recheckStreams closes the WebSockets whose key or account no longer
 // passes: a revoked or expired key, an expired subscription, a plan
 // without streams. The key cache runs it whenever the auth epoch changes
