@@ -109,10 +109,15 @@ func (p *proc) term(t *testing.T) {
 	}
 }
 
-func (p *proc) status(key, path string) (int, error) {
+// get sends GET path with key; the caller closes the body.
+func (p *proc) get(key, path string) (*http.Response, error) {
 	req, _ := http.NewRequest("GET", p.base+path, nil)
 	req.Header.Set("Authorization", "Bearer "+key)
-	res, err := http.DefaultClient.Do(req)
+	return http.DefaultClient.Do(req)
+}
+
+func (p *proc) status(key, path string) (int, error) {
+	res, err := p.get(key, path)
 	if err != nil {
 		return 0, err
 	}
@@ -249,9 +254,7 @@ type usageData struct {
 
 func getUsage(t *testing.T, p *proc, key string) usageData {
 	t.Helper()
-	req, _ := http.NewRequest("GET", p.base+"/api/v1/usage", nil)
-	req.Header.Set("Authorization", "Bearer "+key)
-	res, err := http.DefaultClient.Do(req)
+	res, err := p.get(key, "/api/v1/usage")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,9 +361,7 @@ func TestSIGHUPReloadsPlans(t *testing.T) {
 	// The month is premium's closest window here: the rolling ones are huge.
 	limit := func() string {
 		t.Helper()
-		req, _ := http.NewRequest("GET", p.base+"/api/v1/markets/global", nil)
-		req.Header.Set("Authorization", "Bearer "+key)
-		res, err := http.DefaultClient.Do(req)
+		res, err := p.get(key, "/api/v1/markets/global")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -453,15 +453,7 @@ func TestPlanWithoutAPIAccess(t *testing.T) {
 	if res.Status != 200 {
 		t.Fatalf("/usage without API access: %d %s", res.Status, res.Raw)
 	}
-	usage := decode[struct {
-		MonthlyLimit *int64 `json:"monthly_limit"`
-		Windows      []struct {
-			Window    string     `json:"window"`
-			Limit     *int64     `json:"limit"`
-			Remaining *int64     `json:"remaining"`
-			ResetsAt  *time.Time `json:"resets_at"`
-		} `json:"windows"`
-	}](t, res)
+	usage := decode[usageWindows](t, res)
 	month := usage.Windows[len(usage.Windows)-1]
 	if usage.MonthlyLimit == nil || *usage.MonthlyLimit != 0 || month.Window != "month" || month.Limit == nil || *month.Limit != 0 ||
 		month.Remaining == nil || *month.Remaining != 0 || month.ResetsAt == nil || month.ResetsAt.Day() != 1 {
