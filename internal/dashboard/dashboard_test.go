@@ -30,6 +30,7 @@ import (
 type env struct {
 	t     testing.TB
 	store *sqlite.DB
+	dash  *Dashboard
 	srv   *httptest.Server
 	mu    sync.Mutex
 	now   time.Time
@@ -56,6 +57,7 @@ func newEnv(t testing.TB, billing string) *env {
 	e := &env{t: t, store: db, now: time.Now().UTC()}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	dash := New(Config{Store: db, Clock: e.clock, Log: log, BillingURL: billing})
+	e.dash = dash
 	feed, err := sim.New(1, 10)
 	if err != nil {
 		t.Fatal(err)
@@ -892,5 +894,37 @@ func TestKeyStats(t *testing.T) {
 				t.Errorf("data/usage key %d: %+v, want no figures this month", k.KeyID, k)
 			}
 		}
+	}
+}
+
+// SetPlans (serve's SIGHUP) shows the new plans from the next page on.
+func TestSetPlans(t *testing.T) {
+	e := newEnv(t, "")
+	c := e.client()
+	wantRedirect(t, c.signup("plans@example.com", pw), "/user/api")
+	monthly := func() int64 {
+		t.Helper()
+		var acct struct {
+			Data struct {
+				Plan struct {
+					MonthlyCalls *int64 `json:"monthly_calls"`
+				}
+			}
+		}
+		if err := json.Unmarshal([]byte(c.get("/user/api/data/account").body), &acct); err != nil || acct.Data.Plan.MonthlyCalls == nil {
+			t.Fatalf("account: %+v %v", acct, err)
+		}
+		return *acct.Data.Plan.MonthlyCalls
+	}
+	if got := monthly(); got != 1000 {
+		t.Fatalf("free plan's monthly calls %d, want 1000", got)
+	}
+	plans := coinpulse.DefaultPlans()
+	free := plans[coinpulse.TierFree]
+	free.MonthlyCalls = 2000
+	plans[coinpulse.TierFree] = free
+	e.dash.SetPlans(plans)
+	if got := monthly(); got != 2000 {
+		t.Fatalf("free plan's monthly calls %d after SetPlans, want 2000", got)
 	}
 }
