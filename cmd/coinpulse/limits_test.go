@@ -270,12 +270,33 @@ func getUsage(t *testing.T, p *proc, key string) usageData {
 
 // SIGTERM under load: every call the server admitted (every answer the
 // clients got, and every WebSocket it accepted, which the shutdown closes)
-// is metered by the time the process exits.
+// is metered by the time the process exits. A sandbox call holding a
+// simulated 30-second timeout does not hold the shutdown: it is answered
+// at once, and metered too.
 func TestSIGTERMMetersEveryAdmittedCall(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "coinpulse.db")
 	db := "sqlite:" + path
 	key := premiumKey(t, db)
+	sandbox := strings.TrimSpace(mustCLI(t, map[string]string{"COINPULSE_DB": db}, "keys", "create", "--email", "limits@example.com", "--test"))
 	p := startProc(t, "--db", db, "--plans", plansFile(t, 1_000_000))
+
+	simulated := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest("GET", p.base+"/api/v1/markets/global", nil)
+		req.Header.Set("Authorization", "Bearer "+sandbox)
+		req.Header.Set("X-Sandbox-Simulate", "timeout")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			simulated <- err.Error()
+			return
+		}
+		defer res.Body.Close()
+		var body struct {
+			Error struct{ Message string } `json:"error"`
+		}
+		json.NewDecoder(res.Body).Decode(&body)
+		simulated <- fmt.Sprint(res.StatusCode, " ", body.Error.Message)
+	}()
 
 	const sockets = 3
 	var closed sync.WaitGroup
@@ -326,10 +347,13 @@ func TestSIGTERMMetersEveryAdmittedCall(t *testing.T) {
 	for answered.Load() < 3000 {
 		time.Sleep(10 * time.Millisecond)
 	}
-	p.term(t)
+	p.term(t) // a clean exit: the simulation held no wait past its timeout
 	close(stop)
 	wg.Wait()
 	closed.Wait()
+	if got := <-simulated; !strings.HasPrefix(got, "503 ") || !strings.Contains(got, "shutting down") {
+		t.Errorf("the simulated timeout in flight at SIGTERM got %q, want 503 saying the server is shutting down", got)
+	}
 
 	store, err := sqlite.Open(context.Background(), path)
 	if err != nil {
@@ -346,6 +370,17 @@ func TestSIGTERMMetersEveryAdmittedCall(t *testing.T) {
 	}
 	if n != answered.Load()+sockets {
 		t.Errorf("%d calls metered, want the %d answered before SIGTERM took effect and the %d WebSockets", n, answered.Load(), sockets)
+	}
+	usage, err := store.Usage(context.Background(), u.ID, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keyCalls []int64
+	for _, k := range usage.Keys {
+		keyCalls = append(keyCalls, k.Calls)
+	}
+	if len(keyCalls) != 2 || keyCalls[0]+keyCalls[1] != n+1 || min(keyCalls[0], keyCalls[1]) != 1 {
+		t.Errorf("calls by key %v, want %d for the live key and the sandbox's simulated timeout", keyCalls, n)
 	}
 	t.Logf("%d calls answered and metered", n)
 }

@@ -254,6 +254,10 @@ func (s *Server) simulate(e *exchange, r *http.Request) error {
 		select {
 		case <-t.C:
 		case <-r.Context().Done():
+		case <-s.stopping:
+			// A graceful shutdown does not wait out the simulation.
+			e.Header().Set("Retry-After", "1")
+			return coinpulse.Errorf(coinpulse.CodeUnavailable, "Simulated: the request timed out (X-Sandbox-Simulate: timeout), cut short because the server is shutting down.")
 		}
 		e.Header().Set("Retry-After", "1")
 		return coinpulse.Errorf(coinpulse.CodeUnavailable, "Simulated: the request timed out after %s (X-Sandbox-Simulate: timeout).", simulateTimeoutFor)

@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -84,6 +85,10 @@ type Server struct {
 	// running counts the routes' calls still running when calls are
 	// metered; see Drain.
 	running atomic.Int64
+	// stopping is closed by BeginShutdown: calls that only wait (a
+	// simulated timeout) end at once.
+	stopping     chan struct{}
+	stoppingOnce sync.Once
 
 	alertIndex          AlertIndex
 	deliveries          Waker
@@ -149,7 +154,7 @@ func New(cfg Config) *Server {
 		maxBody: cfg.MaxBody, mux: http.NewServeMux(),
 		limiter: cfg.Limiter, sandboxLimits: DefaultSandboxLimits, meterer: cfg.Meter,
 		alertIndex: cfg.AlertIndex, deliveries: cfg.Deliveries, webhookAllowPrivate: cfg.WebhookAllowPrivate,
-		resolver: cfg.Resolver, dashboard: cfg.Dashboard,
+		resolver: cfg.Resolver, dashboard: cfg.Dashboard, stopping: make(chan struct{}),
 	}
 	if cfg.SandboxLimits != nil {
 		s.sandboxLimits = *cfg.SandboxLimits
@@ -262,6 +267,15 @@ func (s *Server) Run(ctx context.Context) {
 // Handler returns the root handler: request ids, JSON 404/405, panics as
 // SERVER_ERROR, then the routes.
 func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
+
+// BeginShutdown tells the server it is shutting down (serve registers it
+// with http.Server.RegisterOnShutdown): a call that is only waiting, a
+// sandbox call's simulated timeout, is answered at once rather than
+// holding the shutdown for up to 30 seconds. It may be called more than
+// once.
+func (s *Server) BeginShutdown() {
+	s.stoppingOnce.Do(func() { close(s.stopping) })
+}
 
 // Drain waits until no call of a route is running (when calls are
 // metered), for a graceful shutdown: after http.Server.Shutdown some
