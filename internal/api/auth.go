@@ -20,14 +20,15 @@ import (
 type principal struct {
 	key  *coinpulse.APIKey
 	user *coinpulse.User
-	// live and sandbox name the account to the limiter: its allowance,
-	// and the abuse limit its sandbox calls (and /usage) are held to.
-	live, sandbox string
+	// live, sandbox and free name the account to the limiter: its
+	// allowance, the abuse limit its sandbox calls are held to, and the
+	// abuse limit of its live keys' free calls (/usage).
+	live, sandbox, free string
 }
 
 func newPrincipal(k *coinpulse.APIKey, u *coinpulse.User) *principal {
 	id := strconv.FormatInt(u.ID, 10)
-	return &principal{key: k, user: u, live: "u" + id, sandbox: "t" + id}
+	return &principal{key: k, user: u, live: "u" + id, sandbox: "t" + id, free: "f" + id}
 }
 
 // keyFromRequest reads the key from Authorization: Bearer or X-API-Key.

@@ -79,17 +79,21 @@ func (s *Server) limit(e *exchange, r *http.Request, rt Route) error {
 		if v.Exceeded == coinpulse.WindowMonth {
 			when = "after " + now.Add(v.RetryAfter).UTC().Format(time.RFC3339)
 		}
-		return coinpulse.Errorf(coinpulse.CodeRateLimitExceeded, "%s; retry %s.", exceededMessage(v.Exceeded, limits, account == e.principal.sandbox), when)
+		return coinpulse.Errorf(coinpulse.CodeRateLimitExceeded, "%s; retry %s.", exceededMessage(v.Exceeded, limits, e.principal, account), when)
 	}
 	return nil
 }
 
 // limitsOf names the account and limits a call of p to rt is held to:
 // the plan's allowance for live keys, the abuse limit for sandbox keys
-// and free routes.
+// and free routes. A live key's free calls have their own abuse limit,
+// so that a busy sandbox does not lock the account out of /usage.
 func (s *Server) limitsOf(p *principal, rt Route) (string, coinpulse.Limits) {
-	if p.key.Mode == coinpulse.ModeTest || rt.Free {
+	switch {
+	case p.key.Mode == coinpulse.ModeTest:
 		return p.sandbox, s.sandboxLimits
+	case rt.Free:
+		return p.free, s.sandboxLimits
 	}
 	return p.live, s.planMap()[p.user.Tier].Limits()
 }
@@ -117,7 +121,8 @@ func (s *Server) decidedAt(v *coinpulse.Verdict) time.Time {
 	return v.Now
 }
 
-func exceededMessage(w coinpulse.Window, l coinpulse.Limits, abuse bool) string {
+// exceededMessage names the window w of account that refused a call of p.
+func exceededMessage(w coinpulse.Window, l coinpulse.Limits, p *principal, account string) string {
 	if w == coinpulse.WindowMonth {
 		return "Your plan's monthly allowance of " + strconv.FormatInt(l.Monthly, 10) + " calls is used up (it renews at 00:00 UTC on the 1st; upgrade at /user/api)"
 	}
@@ -125,8 +130,11 @@ func exceededMessage(w coinpulse.Window, l coinpulse.Limits, abuse bool) string 
 	if w == coinpulse.WindowMinute {
 		n, per = l.PerMinute, "minute"
 	}
-	if abuse {
-		return "The abuse limit of sandbox calls and /usage (" + strconv.Itoa(n) + " calls per " + per + ") is reached"
+	switch account {
+	case p.sandbox:
+		return "The abuse limit of sandbox calls (" + strconv.Itoa(n) + " calls per " + per + ") is reached"
+	case p.free:
+		return "The abuse limit of /usage (" + strconv.Itoa(n) + " calls per " + per + ") is reached"
 	}
 	return "Your plan's limit of " + strconv.Itoa(n) + " calls per " + per + " is reached"
 }
@@ -155,6 +163,13 @@ func setRateHeaders(h http.Header, v *coinpulse.Verdict, now time.Time) {
 	if !ok {
 		return
 	}
+	setWindowHeaders(h, &w, now)
+	h["Ratelimit-Policy"] = policyValue(v, now)
+}
+
+// setWindowHeaders sets X-RateLimit-* and the IETF RateLimit to describe
+// the window w as of now.
+func setWindowHeaders(h http.Header, w *coinpulse.WindowState, now time.Time) {
 	reset := max(0, int64(w.Reset.Sub(now)+time.Second-1)/int64(time.Second))
 	resetAt := w.Reset.Unix()
 	if w.Reset.After(time.Unix(resetAt, 0)) {
@@ -182,7 +197,6 @@ func setRateHeaders(h http.Header, v *coinpulse.Verdict, now time.Time) {
 	h["X-Ratelimit-Remaining"] = vals[1:2:2]
 	h["X-Ratelimit-Reset"] = vals[2:3:3]
 	h["Ratelimit"] = vals[3:4:4]
-	h["Ratelimit-Policy"] = policyValue(v, now)
 }
 
 // policyKey is what a RateLimit-Policy value depends on.
@@ -244,6 +258,12 @@ func (s *Server) simulate(e *exchange, r *http.Request) error {
 	}
 	switch strings.TrimSpace(strings.Join(what, ",")) {
 	case simulateRateLimit:
+		// The headers say what a real refusal by the second window
+		// would: nothing left, whole again in a second.
+		now := s.clock()
+		setWindowHeaders(e.Header(), &coinpulse.WindowState{
+			Window: coinpulse.WindowSecond, Limit: int64(s.sandboxLimits.PerSecond), Reset: now.Add(time.Second),
+		}, now)
 		e.Header().Set("Retry-After", "1")
 		return coinpulse.Errorf(coinpulse.CodeRateLimitExceeded, "Simulated: the limit of calls per second is reached (X-Sandbox-Simulate: rate_limit); retry in 1s.")
 	case simulateServerError:
@@ -265,22 +285,39 @@ func (s *Server) simulate(e *exchange, r *http.Request) error {
 	return coinpulse.ValidationError("X-Sandbox-Simulate", "must be one of rate_limit, server_error, timeout")
 }
 
+// giveBack gives a live call that failed on our side (5xx) back to the
+// plan's windows: it does not count. It runs once a call, before the
+// answer is written when it can, so that the answer's headers show the
+// call given back. The sandbox abuse limit gets nothing back, so that
+// failing calls, simulated or not, stay limited.
+func (s *Server) giveBack(e *exchange, r *http.Request, rt Route) {
+	p := e.principal
+	if p == nil || !e.admitted || e.refunded || s.limiter == nil || p.key.Mode != coinpulse.ModeLive || rt.Free {
+		return
+	}
+	e.refunded = true
+	_, limits := s.limitsOf(p, rt)
+	if err := s.limiter.Refund(context.WithoutCancel(r.Context()), p.live, limits, e.admission); err != nil {
+		s.log.Warn("rate limit refund failed", "err", err, "request_id", e.id)
+		return
+	}
+	if !e.wrote {
+		s.peekHeaders(e, r, rt)
+	}
+}
+
 // meter records an admitted call at the instant it was admitted, on the
 // limiter's clock (so a call is in the month and day the limiter counted
 // it in), and gives a live call that failed on our side (5xx) back to the
-// plan's windows: it does not count. The sandbox abuse limit gets nothing
-// back, so that failing calls, simulated or not, stay limited.
+// plan's windows if the answer did not already.
 func (s *Server) meter(e *exchange, r *http.Request, rt Route, label string, took time.Duration) {
 	if e.principal == nil || !e.admitted {
 		return
 	}
 	p := e.principal
 	plan := p.key.Mode == coinpulse.ModeLive && !rt.Free
-	if e.status >= 500 && plan && s.limiter != nil {
-		_, limits := s.limitsOf(p, rt)
-		if err := s.limiter.Refund(context.WithoutCancel(r.Context()), p.live, limits, e.admission); err != nil {
-			s.log.Warn("rate limit refund failed", "err", err, "request_id", e.id)
-		}
+	if e.status >= 500 {
+		s.giveBack(e, r, rt)
 	}
 	if s.meterer == nil {
 		return

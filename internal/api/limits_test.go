@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -294,8 +295,14 @@ func TestServerFailuresAreGivenBack(t *testing.T) {
 			srv := newLimitedServerOn(t, nil, 0, failingStore{Store: testServer(t).store, panics: panics})
 			u := newUser(t, coinpulse.TierPremium, nil)
 			key, _ := newKey(t, u, coinpulse.ModeLive, rw, nil)
-			wantError(t, do(t, srv.Server, "GET", "/api/v1/portfolio", key), http.StatusInternalServerError, coinpulse.CodeServerError)
-			res := do(t, srv.Server, "GET", "/api/v1/markets/global", key)
+			res := do(t, srv.Server, "GET", "/api/v1/portfolio", key)
+			wantError(t, res, http.StatusInternalServerError, coinpulse.CodeServerError)
+			// The 500's own headers show the call given back: every
+			// window whole, the tie going to the month.
+			if h := res.Header; h.Get("X-RateLimit-Limit") != "10000" || h.Get("X-RateLimit-Remaining") != "10000" {
+				t.Errorf("500: X-RateLimit-Limit %q, -Remaining %q; want 10000 and 10000", h.Get("X-RateLimit-Limit"), h.Get("X-RateLimit-Remaining"))
+			}
+			res = do(t, srv.Server, "GET", "/api/v1/markets/global", key)
 			if got := res.Header.Get("X-RateLimit-Remaining"); got != "4" {
 				t.Errorf("X-RateLimit-Remaining %q after a 500 and a call in the same instant, want 4 of 5 a second", got)
 			}
@@ -372,6 +379,45 @@ func (g gatedLimiter) Allow(ctx context.Context, account string, l coinpulse.Lim
 	return g.Limiter.Allow(ctx, account, l)
 }
 
+// downLimiter is a limiter that cannot be reached.
+type downLimiter struct{ coinpulse.Limiter }
+
+var errLimiterDown = errors.New("downLimiter: connection refused")
+
+func (downLimiter) Allow(context.Context, string, coinpulse.Limits) (coinpulse.Verdict, error) {
+	return coinpulse.Verdict{}, errLimiterDown
+}
+
+func (downLimiter) Peek(context.Context, string, coinpulse.Limits) (coinpulse.Verdict, error) {
+	return coinpulse.Verdict{}, errLimiterDown
+}
+
+// A limiter that cannot be reached fails keyed calls closed: 503 with
+// Retry-After, no rate-limit header (there is nothing to tell), nothing
+// metered; a plan refusal is still a 403, without the headers.
+func TestLimiterUnreachable(t *testing.T) {
+	t.Parallel()
+	doc := loadSpec(t)
+	base := testServer(t)
+	rec := &recordingMeter{}
+	srv := New(Config{Store: shared.store, Market: base.market, Log: quiet, Limiter: downLimiter{}, Meter: rec})
+	key, _ := newKey(t, newUser(t, coinpulse.TierFree, nil), coinpulse.ModeLive, rw, nil)
+	res := do(t, srv, "GET", "/api/v1/markets/global", key)
+	wantError(t, res, http.StatusServiceUnavailable, coinpulse.CodeUnavailable)
+	checkResponseOf(t, doc, "GET", "/markets/global", res, false)
+	if h := res.Header; h.Get("Retry-After") != "1" || h.Get("X-RateLimit-Limit") != "" || h.Get("RateLimit") != "" {
+		t.Errorf("503: Retry-After %q, X-RateLimit-Limit %q, RateLimit %q; want 1 and no rate-limit headers", h.Get("Retry-After"), h.Get("X-RateLimit-Limit"), h.Get("RateLimit"))
+	}
+	res = do(t, srv, "GET", "/api/v1/markets/top-movers", key)
+	wantError(t, res, http.StatusForbidden, coinpulse.CodePermissionDenied)
+	if v := res.Header.Get("X-RateLimit-Limit"); v != "" {
+		t.Errorf("403 with the limiter down: X-RateLimit-Limit %q", v)
+	}
+	if n := rec.len(); n != 0 {
+		t.Errorf("%d calls metered, want none", n)
+	}
+}
+
 // Drain waits for a call that is still running, admitted or not yet
 // (here: still in the limiter), until it has been metered.
 func TestDrainWaitsForRunningCalls(t *testing.T) {
@@ -435,6 +481,130 @@ func TestSimulatedTimeout(t *testing.T) {
 	wantError(t, res, http.StatusServiceUnavailable, coinpulse.CodeUnavailable)
 	if time.Since(start) < 50*time.Millisecond {
 		t.Errorf("simulated timeout answered after %s", time.Since(start))
+	}
+}
+
+// A graceful shutdown does not wait out a simulated timeout: the call is
+// answered at once, as the 503 it was going to be.
+func TestSimulatedTimeoutEndsAtShutdown(t *testing.T) {
+	t.Parallel()
+	srv := newLimitedServer(t, nil)
+	sandbox, _ := newKey(t, newUser(t, coinpulse.TierPro, nil), coinpulse.ModeTest, rw, nil)
+	done := make(chan *response, 1)
+	go func() {
+		done <- do(t, srv.Server, "GET", "/api/v1/markets/global", sandbox, "X-Sandbox-Simulate", "timeout")
+	}()
+	// The call is admitted, then waits for its 30 seconds.
+	for deadline := time.Now().Add(10 * time.Second); srv.running.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the simulated timeout never started")
+		}
+	}
+	srv.BeginShutdown()
+	srv.BeginShutdown() // twice is harmless
+	select {
+	case res := <-done:
+		wantError(t, res, http.StatusServiceUnavailable, coinpulse.CodeUnavailable)
+		if res.Header.Get("Retry-After") != "1" || !strings.Contains(res.Error.Message, "shutting down") {
+			t.Errorf("503: Retry-After %q, message %q", res.Header.Get("Retry-After"), res.Error.Message)
+		}
+	case <-time.After(simulateTimeoutFor - 5*time.Second):
+		t.Fatal("BeginShutdown did not end the simulated timeout")
+	}
+	if err := srv.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Answers refused before the limits are checked, a declared body over the
+// limit and a path no route serves, still tell a valid key where its
+// account stands; nothing is counted. Without a valid key they carry no
+// rate-limit headers, and a keyed route's 413 is a 401 first.
+func TestRateLimitHeadersBeforeTheLimits(t *testing.T) {
+	t.Parallel()
+	srv := newLimitedServer(t, nil)
+	u := newUser(t, coinpulse.TierFree, nil)
+	key, _ := newKey(t, u, coinpulse.ModeLive, rw, nil)
+	big := func(key string) *http.Request {
+		req := httptest.NewRequest("GET", "/api/v1/markets/global", bytes.NewReader(make([]byte, 65<<10)))
+		if key != "" {
+			req.Header.Set("X-API-Key", key)
+		}
+		return req
+	}
+	for _, c := range []struct {
+		name   string
+		res    *response
+		status int
+		code   coinpulse.Code
+	}{
+		{"413", serve(t, srv.Server, big(key)), 413, coinpulse.CodePayloadTooLarge},
+		{"404", do(t, srv.Server, "GET", "/api/v1/nosuch", key), 404, coinpulse.CodeNotFound},
+		{"405", do(t, srv.Server, "PUT", "/api/v1/usage", key), 405, coinpulse.CodeMethodNotAllowed},
+	} {
+		wantError(t, c.res, c.status, c.code)
+		// Nothing counted: every window whole, the tie going to the month.
+		if h := c.res.Header; h.Get("X-RateLimit-Limit") != "1000" || h.Get("X-RateLimit-Remaining") != "1000" || h.Get("RateLimit-Policy") == "" {
+			t.Errorf("%s: X-RateLimit-Limit %q, -Remaining %q, RateLimit-Policy %q; want 1000, 1000 and the policy",
+				c.name, h.Get("X-RateLimit-Limit"), h.Get("X-RateLimit-Remaining"), h.Get("RateLimit-Policy"))
+		}
+	}
+	bad := key[:len(key)-1] + "x"
+	for _, c := range []struct {
+		name   string
+		res    *response
+		status int
+		code   coinpulse.Code
+	}{
+		{"413 without a key", serve(t, srv.Server, big("")), 401, coinpulse.CodeInvalidAPIKey},
+		{"413 with a bad key", serve(t, srv.Server, big(bad)), 401, coinpulse.CodeInvalidAPIKey},
+		{"404 with a bad key", do(t, srv.Server, "GET", "/api/v1/nosuch", bad), 404, coinpulse.CodeNotFound},
+	} {
+		wantError(t, c.res, c.status, c.code)
+		if v := c.res.Header.Get("X-RateLimit-Limit"); v != "" {
+			t.Errorf("%s: X-RateLimit-Limit %q, want none", c.name, v)
+		}
+	}
+	// A public route's 413 stays a 413.
+	req := httptest.NewRequest("GET", "/healthz", bytes.NewReader(make([]byte, 65<<10)))
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, req)
+	if rec.Code != 413 {
+		t.Errorf("GET /healthz with a large body: %d, want 413", rec.Code)
+	}
+	srv.flush(t)
+	if n, err := shared.store.MonthCalls(context.Background(), u.ID, coinpulse.MonthStart(srv.clock())); err != nil || n != 0 {
+		t.Errorf("MonthCalls = %d, %v; want 0", n, err)
+	}
+}
+
+// A live key's /usage has an abuse limit of its own: a sandbox that used
+// up its abuse limit does not lock the account out of /usage.
+func TestUsageAbuseLimitIsApart(t *testing.T) {
+	t.Parallel()
+	srv := newLimitedServer(t, nil) // its clock stands still
+	u := newUser(t, coinpulse.TierFree, nil)
+	live, _ := newKey(t, u, coinpulse.ModeLive, rw, nil)
+	sandbox, _ := newKey(t, u, coinpulse.ModeTest, rw, nil)
+	for i := range DefaultSandboxLimits.PerSecond {
+		if res := do(t, srv.Server, "GET", "/api/v1/markets/global", sandbox); res.Status != 200 {
+			t.Fatalf("sandbox call %d: %d", i+1, res.Status)
+		}
+	}
+	res := do(t, srv.Server, "GET", "/api/v1/usage", sandbox)
+	wantError(t, res, http.StatusTooManyRequests, coinpulse.CodeRateLimitExceeded)
+	if !strings.Contains(res.Error.Message, "abuse limit of sandbox calls (50 calls per second)") {
+		t.Errorf("sandbox 429: %q", res.Error.Message)
+	}
+	for i := range DefaultSandboxLimits.PerSecond {
+		if res := do(t, srv.Server, "GET", "/api/v1/usage", live); res.Status != 200 {
+			t.Fatalf("live /usage %d after the sandbox's limit: %d %s", i+1, res.Status, res.Raw)
+		}
+	}
+	res = do(t, srv.Server, "GET", "/api/v1/usage", live)
+	wantError(t, res, http.StatusTooManyRequests, coinpulse.CodeRateLimitExceeded)
+	if !strings.Contains(res.Error.Message, "abuse limit of /usage (50 calls per second)") || res.Header.Get("X-RateLimit-Limit") != "50" {
+		t.Errorf("live /usage 429: %q, X-RateLimit-Limit %q", res.Error.Message, res.Header.Get("X-RateLimit-Limit"))
 	}
 }
 

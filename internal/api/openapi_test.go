@@ -673,13 +673,15 @@ func limitsMatchSpec(t *testing.T, doc *openapi3.T) {
 		t.Errorf("429: Retry-After %q, X-RateLimit-Remaining %q, RateLimit %q, message %q", h.Get("Retry-After"), h.Get("X-RateLimit-Remaining"), h.Get("RateLimit"), res.Error.Message)
 	}
 
-	// /usage answers with nothing left in the second: it is held to the
-	// sandbox abuse limit, which its headers describe; its body describes
-	// the plan's windows.
+	// /usage answers with nothing left in the second: it is held to an
+	// abuse limit of its own; its headers, like its body, describe the
+	// plan's windows, where the account stands.
 	srv.flush(t)
 	res = limitedCall(t, doc, srv.Server, with(usage, live, http.StatusOK, ""))
-	if res.Header.Get("X-RateLimit-Limit") != "50" {
-		t.Errorf("/usage: X-RateLimit-Limit %q, want the abuse limit's 50", res.Header.Get("X-RateLimit-Limit"))
+	if h := res.Header; h.Get("X-RateLimit-Limit") != "5" || h.Get("X-RateLimit-Remaining") != "0" || !strings.HasPrefix(h.Get("RateLimit"), `"second";r=0;t=`) ||
+		h.Get("RateLimit-Policy") != wantPolicy {
+		t.Errorf("/usage: X-RateLimit-Limit %q, -Remaining %q, RateLimit %q, RateLimit-Policy %q; want the plan's second window, empty",
+			h.Get("X-RateLimit-Limit"), h.Get("X-RateLimit-Remaining"), h.Get("RateLimit"), h.Get("RateLimit-Policy"))
 	}
 	v := decode[usageWindows](t, res)
 	if v.Mode != "live" || v.Endpoints != "basic" || v.MonthCalls != 5 || v.MonthlyLimit == nil || *v.MonthlyLimit != 1000 || len(v.Windows) != 3 ||
@@ -697,8 +699,13 @@ func limitsMatchSpec(t *testing.T, doc *openapi3.T) {
 
 	// Simulated failures, on a market endpoint and on /usage.
 	res = limitedCall(t, doc, srv.Server, with(global, sandbox, http.StatusTooManyRequests, coinpulse.CodeRateLimitExceeded), "X-Sandbox-Simulate", "rate_limit")
-	if res.Header.Get("Retry-After") != "1" || res.Header.Get("X-RateLimit-Limit") != "50" {
-		t.Errorf("simulated 429: Retry-After %q, X-RateLimit-Limit %q", res.Header.Get("Retry-After"), res.Header.Get("X-RateLimit-Limit"))
+	// Its headers are those of a real refusal by the second window:
+	// whole again in a second, at the second after that rounded up.
+	wantReset := srv.clock().Add(time.Second).Add(time.Second - 1).Truncate(time.Second).Unix()
+	if h := res.Header; h.Get("Retry-After") != "1" || h.Get("X-RateLimit-Limit") != "50" || h.Get("X-RateLimit-Remaining") != "0" ||
+		h.Get("RateLimit") != `"second";r=0;t=1` || h.Get("X-RateLimit-Reset") != strconv.FormatInt(wantReset, 10) {
+		t.Errorf("simulated 429: Retry-After %q, X-RateLimit-Limit %q, -Remaining %q, -Reset %q, RateLimit %q; want 1, 50, 0, %d, \"second\";r=0;t=1",
+			h.Get("Retry-After"), h.Get("X-RateLimit-Limit"), h.Get("X-RateLimit-Remaining"), h.Get("X-RateLimit-Reset"), h.Get("RateLimit"), wantReset)
 	}
 	res = limitedCall(t, doc, srv.Server, with(global, sandbox, http.StatusInternalServerError, coinpulse.CodeServerError), "X-Sandbox-Simulate", "server_error")
 	if !strings.Contains(res.Error.Message, "Simulated") {

@@ -313,6 +313,8 @@ type exchange struct {
 	// admission is the limiter's word on the admitted call, for its
 	// refund and its time in the meter.
 	admission coinpulse.Admission
+	// refunded is set once a 5xx gave the call back (giveBack).
+	refunded bool
 }
 
 // exchangeOf returns the request state behind w (a bare one for writers
@@ -396,21 +398,30 @@ func (s *Server) recoverPanic(w http.ResponseWriter, r *http.Request) {
 
 // unrouted answers a request no route matched: 405 with Allow when the
 // path exists under another method, else 404; both as JSON.
-func (s *Server) unrouted(w http.ResponseWriter, r *http.Request) {
+//
+// A request with a valid key gets the rate-limit headers, as every answer
+// to an authenticated request does; nothing is counted.
+func (s *Server) unrouted(e *exchange, r *http.Request) {
+	if r.Header.Get("Authorization") != "" || r.Header.Get("X-API-Key") != "" {
+		if p, err := s.authenticate(r); err == nil {
+			e.principal = p
+			s.peekHeaders(e, r, Route{})
+		}
+	}
 	h, _ := s.mux.Handler(r)
 	rec := &statusRecorder{header: http.Header{}}
 	h.ServeHTTP(rec, r)
 	switch {
 	case rec.status == http.StatusMethodNotAllowed:
 		allow := rec.header.Get("Allow")
-		w.Header().Set("Allow", allow)
-		s.writeError(w, r, coinpulse.Errorf(coinpulse.CodeMethodNotAllowed, "%s is not allowed on %s; allowed: %s.", r.Method, r.URL.Path, allow))
+		e.Header().Set("Allow", allow)
+		s.writeError(e, r, coinpulse.Errorf(coinpulse.CodeMethodNotAllowed, "%s is not allowed on %s; allowed: %s.", r.Method, r.URL.Path, allow))
 	case rec.status >= 300 && rec.status < 400 && rec.header.Get("Location") != "":
-		w.Header().Set("Location", rec.header.Get("Location"))
-		m := s.newMeta(w)
-		writeData(w, rec.status, map[string]string{"location": rec.header.Get("Location")}, &m)
+		e.Header().Set("Location", rec.header.Get("Location"))
+		m := s.newMeta(e)
+		writeData(e, rec.status, map[string]string{"location": rec.header.Get("Location")}, &m)
 	default:
-		s.writeError(w, r, coinpulse.Errorf(coinpulse.CodeNotFound, "No route %s %s. The API lives under /api/v1 (or /v1); see /docs.", r.Method, truncate(r.URL.Path, 200)))
+		s.writeError(e, r, coinpulse.Errorf(coinpulse.CodeNotFound, "No route %s %s. The API lives under /api/v1 (or /v1); see /docs.", r.Method, truncate(r.URL.Path, 200)))
 	}
 }
 
@@ -468,6 +479,9 @@ func (s *Server) wrap(rt Route) http.Handler {
 			// sent). It stands, with its status, for the meter too.
 			s.log.Error("error after response started", "err", err, "request_id", e.id)
 		default:
+			if coinpulse.ErrorCode(err).Status() >= 500 {
+				s.giveBack(e, r, rt) // before the headers go out
+			}
 			s.writeError(e, r, err)
 		}
 		finished = true
@@ -490,17 +504,19 @@ func (s *Server) finish(e *exchange, r *http.Request, rt Route, label string, ob
 
 // admit applies the body limit and, for keyed routes, authentication and
 // the tier's endpoint rules.
+//
+// A declared body over the limit is refused before the limits are checked,
+// but after the key (so that its answer, too, carries the rate-limit
+// headers); one of unknown length is cut off at the limit as it is read.
 func (s *Server) admit(e *exchange, r *http.Request, rt Route) error {
-	if r.ContentLength > s.maxBody {
-		return coinpulse.Errorf(coinpulse.CodePayloadTooLarge, "The request body is %d bytes; the limit is %d.", r.ContentLength, s.maxBody)
-	}
-	if r.ContentLength != 0 { // a body, or one of unknown length
+	tooLarge := r.ContentLength > s.maxBody
+	if r.ContentLength != 0 && !tooLarge { // a body, or one of unknown length
 		r.Body = http.MaxBytesReader(e, r.Body, s.maxBody)
 	}
-	if rt.Access == Public {
-		return nil
-	}
-	if rt.KeyOptional && r.Header.Get("Authorization") == "" && r.Header.Get("X-API-Key") == "" {
+	if rt.Access == Public || rt.KeyOptional && r.Header.Get("Authorization") == "" && r.Header.Get("X-API-Key") == "" {
+		if tooLarge {
+			return s.bodyTooLarge(r)
+		}
 		return nil
 	}
 	p, err := s.authenticate(r)
@@ -511,6 +527,10 @@ func (s *Server) admit(e *exchange, r *http.Request, rt Route) error {
 	if err := s.authorize(p, r, rt); err != nil {
 		s.peekHeaders(e, r, rt)
 		return err
+	}
+	if tooLarge {
+		s.peekHeaders(e, r, rt)
+		return s.bodyTooLarge(r)
 	}
 	if err := s.limit(e, r, rt); err != nil {
 		return err
@@ -523,6 +543,11 @@ func (s *Server) admit(e *exchange, r *http.Request, rt Route) error {
 		}
 	}
 	return s.simulate(e, r)
+}
+
+// bodyTooLarge is the refusal of a declared body over the limit.
+func (s *Server) bodyTooLarge(r *http.Request) error {
+	return coinpulse.Errorf(coinpulse.CodePayloadTooLarge, "The request body is %d bytes; the limit is %d.", r.ContentLength, s.maxBody)
 }
 
 // routeLabel renders a route for messages: "GET /api/v1/markets/top-movers".
