@@ -442,3 +442,40 @@ func TestSIGHUPReloadsPlans(t *testing.T) {
 	}
 	p.term(t)
 }
+
+// --sandbox-per-second and --sandbox-per-minute set the abuse limit of
+// sandbox calls, which the headers and the 429 then name.
+func TestSandboxLimitFlags(t *testing.T) {
+	db := "sqlite:" + filepath.Join(t.TempDir(), "coinpulse.db")
+	premiumKey(t, db)
+	sandbox := strings.TrimSpace(mustCLI(t, map[string]string{"COINPULSE_DB": db}, "keys", "create", "--email", "limits@example.com", "--test"))
+	p := startProc(t, "--db", db, "--sandbox-per-second", "2", "--sandbox-per-minute", "100")
+	for i := range 20 {
+		res, err := p.get(sandbox, "/api/v1/markets/global")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Error struct{ Message string } `json:"error"`
+		}
+		json.NewDecoder(res.Body).Decode(&body)
+		res.Body.Close()
+		switch res.StatusCode {
+		case 200:
+			if v := res.Header.Get("RateLimit-Policy"); v != `"second";q=2;w=1, "minute";q=100;w=60` {
+				t.Fatalf("RateLimit-Policy %q", v)
+			}
+			continue
+		case 429:
+		default:
+			t.Fatalf("sandbox call %d: %d", i+1, res.StatusCode)
+		}
+		if !strings.Contains(body.Error.Message, "abuse limit of sandbox calls (2 calls per second)") ||
+			res.Header.Get("X-RateLimit-Limit") != "2" || res.Header.Get("Retry-After") == "" {
+			t.Errorf("429: message %q, X-RateLimit-Limit %q, Retry-After %q", body.Error.Message, res.Header.Get("X-RateLimit-Limit"), res.Header.Get("Retry-After"))
+		}
+		p.term(t)
+		return
+	}
+	t.Fatal("20 sandbox calls in a row, none refused at 2 a second")
+}

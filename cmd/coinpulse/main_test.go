@@ -399,6 +399,9 @@ func TestServeRejectsBadConfig(t *testing.T) {
 		{"serve", "--log-level", "loud"},
 		{"serve", "--sim-coins", "1000000"},
 		{"serve", "extra"},
+		{"serve", "--sandbox-per-second", "0"},
+		{"serve", "--sandbox-per-minute", "-1"},
+		{"serve", "--sandbox-per-minute", "1000000001"},
 	} {
 		if _, _, err := cli(t, nil, args...); err == nil {
 			t.Errorf("%v: accepted", args)

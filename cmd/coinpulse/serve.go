@@ -46,6 +46,7 @@ type serveConfig struct {
 	billingURL               string
 	redisPrefix              string
 	meterInterval            time.Duration
+	sandbox                  coinpulse.Limits // the abuse limit
 	webhookAllowPrivate      bool
 	deliveryLease            time.Duration
 	smtp                     notify.SMTPConfig
@@ -54,6 +55,7 @@ type serveConfig struct {
 
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
 	var c serveConfig
+	c.sandbox.Monthly = coinpulse.Unlimited
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "address to listen on")
@@ -74,6 +76,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.redis, "redis", "", "Redis URL (redis://host:6379/0) for rate limits shared by several nodes; default: in-process")
 	fs.StringVar(&c.redisPrefix, "redis-prefix", ratelimit.DefaultPrefix, "prefix of the limiter's Redis keys (to keep deployments sharing a Redis apart)")
 	fs.StringVar(&c.limits, "limits", "on", "on, or off to serve without rate limits and metering (for measuring their cost)")
+	fs.IntVar(&c.sandbox.PerSecond, "sandbox-per-second", api.DefaultSandboxLimits.PerSecond, "abuse limit of an account's sandbox calls, and of its live keys' /usage calls: calls a second")
+	fs.IntVar(&c.sandbox.PerMinute, "sandbox-per-minute", api.DefaultSandboxLimits.PerMinute, "the same abuse limit: calls a minute")
 	fs.DurationVar(&c.meterInterval, "meter-interval", meter.DefaultInterval, "longest a metered call waits before it is written")
 	fs.BoolVar(&c.webhookAllowPrivate, "webhook-allow-private", false, "let webhook URLs reach loopback, private, link-local and metadata addresses (development and tests only)")
 	fs.DurationVar(&c.deliveryLease, "delivery-lease", defaultDeliveryLease, "how long a node holds a webhook or e-mail delivery it is attempting; a delivery abandoned by a stopped or crashed node is retried once its lease ends (for tests; keep the default in production)")
@@ -99,6 +103,10 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, fmt.Errorf("--sim-coins %d: at most 100000", c.simCoins)
 	case c.limits != "on" && c.limits != "off":
 		return c, fmt.Errorf("--limits %q: on or off", c.limits)
+	case c.sandbox.PerSecond < 1 || c.sandbox.PerSecond > coinpulse.MaxRate:
+		return c, fmt.Errorf("--sandbox-per-second %d: from 1 to %d", c.sandbox.PerSecond, coinpulse.MaxRate)
+	case c.sandbox.PerMinute < 1 || c.sandbox.PerMinute > coinpulse.MaxRate:
+		return c, fmt.Errorf("--sandbox-per-minute %d: from 1 to %d", c.sandbox.PerMinute, coinpulse.MaxRate)
 	case c.meterInterval < 10*time.Millisecond || c.meterInterval > time.Second:
 		return c, fmt.Errorf("--meter-interval %s: from 10ms to 1s (a crash loses at most one interval)", c.meterInterval)
 	case c.deliveryLease < minDeliveryLease:
@@ -204,7 +212,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	log.Warn("market data is SIMULATED: prices are made up by the sim feed", "feed", feed.String())
 	engine := market.New(market.Config{Feed: feed, Store: store, Log: log, Refresh: cfg.refresh, MinMoverVolume: cfg.minMoverVolume})
-	apiCfg := api.Config{Store: store, Market: engine, Log: log, MaxBody: cfg.maxBody, Plans: cfg.plans}
+	apiCfg := api.Config{Store: store, Market: engine, Log: log, MaxBody: cfg.maxBody, Plans: cfg.plans, SandboxLimits: &cfg.sandbox}
 	var mtr *meter.Meter
 	if cfg.limits == "on" {
 		limiter, closeLimiter, err := newLimiter(ctx, cfg, store, log)
