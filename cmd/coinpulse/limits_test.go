@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -281,8 +282,10 @@ func TestSIGTERMMetersEveryAdmittedCall(t *testing.T) {
 	p := startProc(t, "--db", db, "--plans", plansFile(t, 1_000_000))
 
 	simulated := make(chan string, 1)
+	sent := make(chan struct{})
 	go func() {
-		req, _ := http.NewRequest("GET", p.base+"/api/v1/markets/global", nil)
+		trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { close(sent) }}
+		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "GET", p.base+"/api/v1/markets/global", nil)
 		req.Header.Set("Authorization", "Bearer "+sandbox)
 		req.Header.Set("X-Sandbox-Simulate", "timeout")
 		res, err := http.DefaultClient.Do(req)
@@ -343,6 +346,11 @@ func TestSIGTERMMetersEveryAdmittedCall(t *testing.T) {
 				answered.Add(1)
 			}
 		})
+	}
+	select { // the simulated call is in the server's hands
+	case <-sent:
+	case got := <-simulated:
+		t.Fatalf("the simulated timeout ended before SIGTERM: %s", got)
 	}
 	for answered.Load() < 3000 {
 		time.Sleep(10 * time.Millisecond)
