@@ -373,7 +373,7 @@ for round in $(seq "$ROUNDS"); do
 			wait_metered $((before + want))
 			echo "$((METERED - before - 1)) $WAITED" >"$TMP/metered-$name.txt"
 			log "$name: metered $((METERED - before - 1)) calls for wrk's $reqs requests (non-2xx ${non2xx:-0}) after ${WAITED}s"
-			if grep -q 'queue full' "$TMP/$name.err"; then log "$name: the meter's queue overflowed"; fi
+			if grep -q 'dropping calls' "$TMP/$name.err"; then log "$name: the meter dropped calls"; fi
 			if [[ $cfg == redis ]]; then
 				nkeys=$(rcli --scan --pattern "$PREFIX*" | wc -l)
 				((nkeys > 0)) || die "$name: no limiter keys under $PREFIX in Redis"
@@ -483,8 +483,8 @@ G_NS=$(awk -v n="$MEM_NS" -v a="$MEM_ALLOCS" 'BEGIN { print (n + 0 < 1000 && a +
 		done
 	done
 	echo "  (diff > 0, up to $CONNS: calls in flight when wrk stopped, answered and metered but not counted by wrk)"
-	if grep -ql 'queue full' "$TMP"/memory-*.err "$TMP"/redis-*.err 2>/dev/null; then
-		echo "  the meter logged 'queue full' (dropped calls)"
+	if grep -ql 'dropping calls' "$TMP"/memory-*.err "$TMP"/redis-*.err 2>/dev/null; then
+		echo "  the meter logged 'dropping calls'"
 	fi
 	echo
 	echo "limiter micro-benchmark (go test -bench, best of $BENCH_COUNT)"

@@ -8,7 +8,9 @@
 // first of them was queued, whichever comes first. A failed
 // write is retried, the same batch, with exponential backoff (50 ms
 // doubling to 5 s, with jitter) until it succeeds or the meter stops:
-// a transient store error loses nothing, while the queue, full, drops new
+// a transient store error loses nothing. Meanwhile calls go on waiting:
+// in the queue, then, once it is full, in an overflow list that takes
+// memory only while it is in use; past the overflow's size Record drops
 // calls (counted by Dropped) rather than blocking requests.
 //
 // Shutdown: stop serving requests, then call Close, which drains: every
@@ -38,9 +40,13 @@ type Options struct {
 	// MaxBatch is the most calls a batch holds; a full batch is written at
 	// once (default 8,192).
 	MaxBatch int
-	// QueueSize is how many calls may wait to be batched; beyond that
-	// Record drops calls (default 8,192).
+	// QueueSize is how many calls may wait to be batched in the queue
+	// (default 8,192).
 	QueueSize int
+	// Overflow is how many more calls may wait, beyond a full queue, while
+	// the store is slow or down; beyond that Record drops calls (default
+	// 262,144: about 45 MB, taken only while in use; negative: none).
+	Overflow int
 }
 
 // The defaults of Options.
@@ -57,6 +63,9 @@ const (
 	// one block of memory full of pointers, which the garbage collector
 	// scans whole at every cycle.
 	DefaultQueueSize = 1 << 13
+	// DefaultOverflow holds 9 seconds of calls at 30,000 a second, 4
+	// minutes at 1,000: a store's stall or failover, not an outage.
+	DefaultOverflow = 1 << 18
 )
 
 // Retry backoff of a failed write.
@@ -80,6 +89,12 @@ type Meter struct {
 	lastDropLog atomic.Int64 // Unix nanoseconds of the last "queue full" log
 	held        atomic.Int64 // calls taken from the queue and not yet written
 
+	// overflow holds the calls Recorded while the queue was full, up to
+	// opts.Overflow; nil when empty, so that its memory is given back.
+	overMu   sync.Mutex
+	overflow []coinpulse.Call
+	overLen  atomic.Int64 // len(overflow), for Pending
+
 	closeMu sync.Mutex // serializes Close
 
 	mu       sync.Mutex
@@ -101,6 +116,12 @@ func New(store coinpulse.UsageStore, log *slog.Logger, opts Options) *Meter {
 	if opts.QueueSize <= 0 {
 		opts.QueueSize = DefaultQueueSize
 	}
+	switch {
+	case opts.Overflow == 0:
+		opts.Overflow = DefaultOverflow
+	case opts.Overflow < 0:
+		opts.Overflow = 0
+	}
 	if log == nil {
 		log = slog.Default()
 	}
@@ -113,16 +134,44 @@ func New(store coinpulse.UsageStore, log *slog.Logger, opts Options) *Meter {
 	}
 }
 
-// Record enqueues c for writing. It never blocks and does not allocate:
-// when the queue is full it drops c, counts it in Dropped, and logs (at
-// most once an Interval). Calls Recorded after Close has begun are not
-// written unless Close is called again.
+// Record enqueues c for writing. It never blocks, and does not allocate
+// while the queue has room: when the queue is full it adds c to the
+// overflow, and when that is full too it drops c, counts it in Dropped,
+// and logs (at most once an Interval). Calls Recorded after Close has
+// begun are not written unless Close is called again.
 func (m *Meter) Record(c coinpulse.Call) {
 	select {
 	case m.queue <- c:
+		return
 	default:
-		m.drop(1, "meter: queue full, dropping calls")
 	}
+	m.overMu.Lock()
+	if len(m.overflow) < m.opts.Overflow {
+		m.overflow = append(m.overflow, c)
+		m.overLen.Store(int64(len(m.overflow)))
+		m.overMu.Unlock()
+		return
+	}
+	m.overMu.Unlock()
+	m.drop(1, "meter: queue and overflow full, dropping calls")
+}
+
+// takeOverflow moves up to n calls from the overflow to batch.
+func (m *Meter) takeOverflow(batch []coinpulse.Call, n int) []coinpulse.Call {
+	if n <= 0 || m.overLen.Load() == 0 {
+		return batch
+	}
+	m.overMu.Lock()
+	defer m.overMu.Unlock()
+	n = min(n, len(m.overflow))
+	batch = append(batch, m.overflow[:n]...)
+	clear(m.overflow[:n]) // the strings they hold are not kept alive
+	m.overflow = m.overflow[n:]
+	if len(m.overflow) == 0 {
+		m.overflow = nil
+	}
+	m.overLen.Store(int64(len(m.overflow)))
+	return batch
 }
 
 // drop counts n dropped calls and logs why, at most once an Interval.
@@ -136,12 +185,14 @@ func (m *Meter) drop(n int, msg string) {
 }
 
 // Dropped returns how many calls the meter has dropped: Recorded while the
-// queue was full, or rejected as invalid (an unknown mode).
+// queue and the overflow were full, or rejected as invalid (an unknown
+// mode).
 func (m *Meter) Dropped() uint64 { return m.dropped.Load() }
 
 // Pending returns how many Recorded calls are not yet written: waiting in
-// the queue or in a batch being (or failing to be) written.
-func (m *Meter) Pending() int { return len(m.queue) + int(m.held.Load()) }
+// the queue or the overflow, or in a batch being (or failing to be)
+// written.
+func (m *Meter) Pending() int { return len(m.queue) + int(m.overLen.Load()) + int(m.held.Load()) }
 
 // Run writes batches until ctx is done or Close is called, and returns
 // ctx's error or nil. It does not drain: calls still queued, and a batch
@@ -217,6 +268,7 @@ func (m *Meter) Run(ctx context.Context) error {
 					break fill
 				}
 			}
+			batch = m.takeOverflow(batch, m.opts.MaxBatch-len(batch))
 			if len(batch) > 0 && due == nil {
 				timer.Reset(wait)
 				due = timer.C
@@ -261,17 +313,19 @@ func (m *Meter) Close(ctx context.Context) error {
 	batch := m.leftover
 	m.leftover = nil
 	m.mu.Unlock()
-	// Every call Recorded before Close began is in batch or among the n
-	// first queued; nothing but Close takes from the queue now.
+	// Every call Recorded before Close began is in batch, among the n
+	// first queued or in the overflow; nothing but Close takes from them
+	// now.
 	n := len(m.queue)
 	for {
 		for n > 0 && len(batch) < m.opts.MaxBatch {
 			batch = append(batch, <-m.queue)
 			n--
 		}
+		batch = m.takeOverflow(batch, m.opts.MaxBatch-len(batch))
 		batch = m.valid(batch)
 		m.held.Store(int64(len(batch)))
-		if len(batch) == 0 && n == 0 {
+		if len(batch) == 0 && n == 0 && m.overLen.Load() == 0 {
 			return nil
 		}
 		if err := m.write(ctx, batch, nil); err != nil {

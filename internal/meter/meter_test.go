@@ -276,12 +276,15 @@ func (s *gatedStore) RecordCalls(ctx context.Context, calls []coinpulse.Call) er
 	return s.UsageStore.RecordCalls(ctx, calls)
 }
 
-func TestQueueFullDrops(t *testing.T) {
+// While the store blocks, calls wait in the queue, then in the overflow;
+// past both they are dropped, without blocking Record. Once the store
+// answers, Run writes them all.
+func TestQueueAndOverflowFullDrops(t *testing.T) {
 	db := openStore(t)
 	accounts := newAccounts(t, db, 1)
 	store := &gatedStore{UsageStore: db, open: make(chan struct{}), entered: make(chan struct{})}
 	log, logged := newLogger()
-	m := meter.New(store, log, meter.Options{Interval: time.Hour, MaxBatch: 5, QueueSize: 10})
+	m := meter.New(store, log, meter.Options{Interval: time.Hour, MaxBatch: 5, QueueSize: 10, Overflow: 50})
 	start(t, m)
 
 	// Fill a batch, which blocks in the store.
@@ -289,7 +292,8 @@ func TestQueueFullDrops(t *testing.T) {
 		m.Record(call(accounts[0].keys[0], i))
 	}
 	<-store.entered
-	// The queue holds 10 more; the rest are dropped, without blocking.
+	// The queue holds 10 more, the overflow 50; the rest are dropped,
+	// without blocking.
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -302,21 +306,43 @@ func TestQueueFullDrops(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Record blocked on a full queue")
 	}
-	if d := m.Dropped(); d != 85 {
-		t.Errorf("Dropped = %d, want 85", d)
+	if d := m.Dropped(); d != 35 {
+		t.Errorf("Dropped = %d, want 35", d)
 	}
-	if p := m.Pending(); p != 15 {
-		t.Errorf("Pending = %d, want 15", p)
+	if p := m.Pending(); p != 65 {
+		t.Errorf("Pending = %d, want 65", p)
 	}
-	if n := logged.count("queue full"); n != 1 {
-		t.Errorf("%d queue-full logs in one interval, want 1", n)
+	if n := logged.count("overflow full"); n != 1 {
+		t.Errorf("%d overflow-full logs, want 1", n)
 	}
 	close(store.open)
+	// 65 calls are 13 full batches: Run writes them without waiting for
+	// the (hour-long) interval.
+	waitFor(t, "Run to write the queue and the overflow", func() bool { return m.Pending() == 0 })
+	if month, _ := stored(t, db, accounts); month != 65 {
+		t.Errorf("stored %d calls, want the 65 not dropped", month)
+	}
 	if err := m.Close(t.Context()); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	if month, _ := stored(t, db, accounts); month != 15 {
-		t.Errorf("stored %d calls, want the 15 not dropped", month)
+}
+
+// Close writes the overflow too.
+func TestCloseDrainsTheOverflow(t *testing.T) {
+	db := openStore(t)
+	accounts := newAccounts(t, db, 1)
+	m := meter.New(db, nil, meter.Options{MaxBatch: 7, QueueSize: 10, Overflow: 100})
+	for i := range 60 { // no Run: 10 queued, 50 in the overflow
+		m.Record(call(accounts[0].keys[0], i))
+	}
+	if m.Pending() != 60 || m.Dropped() != 0 {
+		t.Fatalf("Pending, Dropped = %d, %d; want 60, 0", m.Pending(), m.Dropped())
+	}
+	if err := m.Close(t.Context()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if month, _ := stored(t, db, accounts); month != 60 || m.Pending() != 0 {
+		t.Errorf("stored %d calls, %d pending; want 60, 0", month, m.Pending())
 	}
 }
 
@@ -448,12 +474,13 @@ func TestInvalidModeDropped(t *testing.T) {
 }
 
 func TestRecordDoesNotAllocate(t *testing.T) {
-	m := meter.New(nopStore{}, slog.New(slog.DiscardHandler), meter.Options{QueueSize: 1000})
+	m := meter.New(nopStore{}, slog.New(slog.DiscardHandler), meter.Options{QueueSize: 1000, Overflow: -1})
 	c := call(&coinpulse.APIKey{ID: 1, UserID: 1, Mode: coinpulse.ModeLive}, 1)
 	if n := testing.AllocsPerRun(500, func() { m.Record(c) }); n != 0 {
 		t.Errorf("Record: %v allocs, want 0", n)
 	}
-	// Nor when the queue is full and the call is dropped (but not logged).
+	// Nor when the queue is full and, without an overflow, the call is
+	// dropped (but not logged).
 	m.Record(c)
 	if n := testing.AllocsPerRun(500, func() { m.Record(c) }); n != 0 {
 		t.Errorf("Record, dropping: %v allocs, want 0", n)
@@ -492,8 +519,8 @@ func BenchmarkRecord(b *testing.B) {
 }
 
 // BenchmarkRecordParallel is BenchmarkRecord from many goroutines; they
-// may outrun the one batcher, and fill the queue: dropped/op says how
-// often.
+// may outrun the one batcher and fill the queue, then the overflow:
+// dropped/op says how often calls were dropped.
 func BenchmarkRecordParallel(b *testing.B) {
 	m := meter.New(nopStore{}, slog.New(slog.DiscardHandler), meter.Options{})
 	go m.Run(b.Context())
