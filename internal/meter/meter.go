@@ -164,6 +164,7 @@ func (m *Meter) takeOverflow(batch []coinpulse.Call, n int) []coinpulse.Call {
 	m.overMu.Lock()
 	defer m.overMu.Unlock()
 	n = min(n, len(m.overflow))
+	m.held.Add(int64(n)) // before they leave the overflow, as in Run
 	batch = append(batch, m.overflow[:n]...)
 	clear(m.overflow[:n]) // the strings they hold are not kept alive
 	m.overflow = m.overflow[n:]
@@ -261,10 +262,14 @@ func (m *Meter) Run(ctx context.Context) error {
 		case <-poll.C:
 		fill:
 			for len(batch) < m.opts.MaxBatch {
+				// A call is held before it leaves the queue, so that
+				// Pending never reads 0 while a call is unwritten.
+				m.held.Add(1)
 				select {
 				case c := <-m.queue:
 					batch = append(batch, c)
 				default:
+					m.held.Add(-1)
 					break fill
 				}
 			}
