@@ -31,6 +31,11 @@ func newPrincipal(k *coinpulse.APIKey, u *coinpulse.User) *principal {
 	return &principal{key: k, user: u, live: "u" + id, sandbox: "t" + id, free: "f" + id}
 }
 
+// carriesKey reports whether r sends a key, valid or not.
+func carriesKey(r *http.Request) bool {
+	return r.Header.Get("Authorization") != "" || r.Header.Get("X-API-Key") != ""
+}
+
 // keyFromRequest reads the key from Authorization: Bearer or X-API-Key.
 // Both present with different keys is an error.
 func keyFromRequest(r *http.Request) (string, error) {

@@ -402,7 +402,7 @@ func (s *Server) recoverPanic(w http.ResponseWriter, r *http.Request) {
 // A request with a valid key gets the rate-limit headers, as every answer
 // to an authenticated request does; nothing is counted.
 func (s *Server) unrouted(e *exchange, r *http.Request) {
-	if r.Header.Get("Authorization") != "" || r.Header.Get("X-API-Key") != "" {
+	if carriesKey(r) {
 		if p, err := s.authenticate(r); err == nil {
 			e.principal = p
 			s.peekHeaders(e, r, Route{})
@@ -513,7 +513,7 @@ func (s *Server) admit(e *exchange, r *http.Request, rt Route) error {
 	if r.ContentLength != 0 && !tooLarge { // a body, or one of unknown length
 		r.Body = http.MaxBytesReader(e, r.Body, s.maxBody)
 	}
-	if rt.Access == Public || rt.KeyOptional && r.Header.Get("Authorization") == "" && r.Header.Get("X-API-Key") == "" {
+	if rt.Access == Public || rt.KeyOptional && !carriesKey(r) {
 		if tooLarge {
 			return s.bodyTooLarge(r)
 		}
