@@ -68,7 +68,13 @@ func (s *Server) limit(e *exchange, r *http.Request, rt Route) error {
 		return &coinpulse.Error{Code: coinpulse.CodeUnavailable, Message: "Rate limits cannot be checked right now; retry in a second.", Err: err}
 	}
 	now := s.decidedAt(&v)
-	setRateHeaders(e.Header(), &v, now)
+	if v.Allowed && account != s.standingAccount(e.principal) {
+		// A live key's free call passed its abuse limit: its headers,
+		// as every other answer's, say where the key stands in its plan.
+		s.peekHeaders(e, r)
+	} else {
+		setRateHeaders(e.Header(), &v, now)
+	}
 	if v.Allowed {
 		e.admission = v.Admission()
 		e.admission.At = now
@@ -98,16 +104,54 @@ func (s *Server) limitsOf(p *principal, rt Route) (string, coinpulse.Limits) {
 	return p.live, s.planMap()[p.user.Tier].Limits()
 }
 
-// peekHeaders sets the rate-limit headers without counting a call, for
-// an authenticated call refused before its limits were checked.
-func (s *Server) peekHeaders(e *exchange, r *http.Request, rt Route) {
+// standingAccount is the account whose windows the rate-limit headers of
+// p's answers describe: the plan's for a live key, even on a free route,
+// whose own abuse limit shows only in the 429 it refuses with; the
+// sandbox's for a sandbox key.
+func (s *Server) standingAccount(p *principal) string {
+	account, _ := s.limitsOf(p, Route{})
+	return account
+}
+
+// peekHeaders sets the rate-limit headers that say where the key stands
+// (see standingAccount) without counting a call: for an authenticated
+// call refused before its limits were checked, a free call, a refund.
+func (s *Server) peekHeaders(e *exchange, r *http.Request) {
 	if s.limiter == nil {
 		return
 	}
-	account, limits := s.limitsOf(e.principal, rt)
+	account, limits := s.limitsOf(e.principal, Route{})
 	if v, err := s.limiter.Peek(r.Context(), account, limits); err == nil {
-		setRateHeaders(e.Header(), &v, s.decidedAt(&v))
+		s.setStandingHeaders(e.Header(), e.principal, &v)
 	}
+}
+
+// setStandingHeaders describes v, a Peek of p's standing account. A live
+// key of a plan without API access has a month of no calls, which the
+// limiter, never asked to count one, does not know of.
+func (s *Server) setStandingHeaders(h http.Header, p *principal, v *coinpulse.Verdict) {
+	now := s.decidedAt(v)
+	if p.key.Mode == coinpulse.ModeLive && s.planMap()[p.user.Tier].Endpoints == coinpulse.EndpointsNone {
+		setNoAccessHeaders(h, v, now)
+		return
+	}
+	setRateHeaders(h, v, now)
+}
+
+// setNoAccessHeaders describes a month that allows no call, as the
+// window closest to exhaustion, next to v's other windows in
+// RateLimit-Policy.
+func setNoAccessHeaders(h http.Header, v *coinpulse.Verdict, now time.Time) {
+	month := coinpulse.WindowState{Window: coinpulse.WindowMonth, Reset: coinpulse.MonthStart(now.UTC()).AddDate(0, 1, 0)}
+	setWindowHeaders(h, &month, now)
+	var b strings.Builder
+	for _, x := range v.Windows {
+		if x.Limit > 0 && x.Window != coinpulse.WindowMonth {
+			b.WriteString(`"` + string(x.Window) + `";q=` + strconv.FormatInt(x.Limit, 10) + ";w=" + strconv.FormatInt(windowSeconds(x.Window, now), 10) + ", ")
+		}
+	}
+	b.WriteString(`"month";q=0;w=` + strconv.FormatInt(windowSeconds(coinpulse.WindowMonth, now), 10))
+	h["Ratelimit-Policy"] = []string{b.String()}
 }
 
 // decidedAt is when the limiter decided v, by its clock: the headers'
@@ -302,7 +346,7 @@ func (s *Server) giveBack(e *exchange, r *http.Request, rt Route) {
 		return
 	}
 	if !e.wrote {
-		s.peekHeaders(e, r, rt)
+		s.peekHeaders(e, r)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -608,6 +609,49 @@ func TestUsageAbuseLimitIsApart(t *testing.T) {
 	}
 }
 
+// rateHeaders are the rate-limit headers of an answer.
+func rateHeaders(res *response) [5]string {
+	var out [5]string
+	for i, k := range []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit", "RateLimit-Policy"} {
+		out[i] = res.Header.Get(k)
+	}
+	return out
+}
+
+// A live key's answers from /usage describe its plan, as its other
+// answers do, whatever their status; only the 429 of /usage's own abuse
+// limit describes that limit (TestUsageAbuseLimitIsApart).
+func TestUsageAnswersDescribeThePlan(t *testing.T) {
+	t.Parallel()
+	srv := newLimitedServer(t, nil) // its clock stands still
+	key, _ := newKey(t, newUser(t, coinpulse.TierFree, nil), coinpulse.ModeLive, rw, nil)
+	counted := do(t, srv.Server, "GET", "/api/v1/markets/global", key)
+	if counted.Status != 200 || counted.Header.Get("X-RateLimit-Limit") == "" {
+		t.Fatalf("GET /markets/global: %d, X-RateLimit-Limit %q; want 200 and the plan's", counted.Status, counted.Header.Get("X-RateLimit-Limit"))
+	}
+	want := rateHeaders(counted)
+	ok := do(t, srv.Server, "GET", "/api/v1/usage", key)
+	bad := do(t, srv.Server, "GET", "/api/v1/usage?x=1", key)
+	wantError(t, bad, http.StatusUnprocessableEntity, coinpulse.CodeValidation)
+	for _, res := range []*response{ok, bad} {
+		if got := rateHeaders(res); got != want {
+			t.Errorf("/usage %d: rate-limit headers %q\nwant the plan's %q", res.Status, got, want)
+		}
+	}
+
+	// An expired subscription: /usage and a market call are refused alike.
+	expired := srv.clock().Add(-time.Hour)
+	key, _ = newKey(t, newUser(t, coinpulse.TierPremium, &expired), coinpulse.ModeLive, rw, nil)
+	market := do(t, srv.Server, "GET", "/api/v1/markets/global", key)
+	usage := do(t, srv.Server, "GET", "/api/v1/usage", key)
+	if market.Status != 403 || usage.Status != 403 {
+		t.Fatalf("expired: /markets/global %d, /usage %d; want 403 and 403", market.Status, usage.Status)
+	}
+	if got, want := rateHeaders(usage), rateHeaders(market); got != want || want[0] == "" {
+		t.Errorf("expired: /usage rate-limit headers %q\nwant those of /markets/global %q", got, want)
+	}
+}
+
 // The second plan variant: without API access only /usage answers.
 func TestPlanWithoutAPIAccess(t *testing.T) {
 	t.Parallel()
@@ -628,6 +672,19 @@ func TestPlanWithoutAPIAccess(t *testing.T) {
 	if usage.MonthlyLimit == nil || *usage.MonthlyLimit != 0 || month.Window != "month" || month.Limit == nil || *month.Limit != 0 ||
 		month.Remaining == nil || *month.Remaining != 0 || month.ResetsAt == nil || month.ResetsAt.Day() != 1 {
 		t.Errorf("monthly_limit %v, month window %+v; want 0 and 0 left until the 1st", usage.MonthlyLimit, month)
+	}
+	// So do the headers of its answers, /usage's and the refusals'.
+	now := srv.clock().UTC()
+	next := coinpulse.MonthStart(now).AddDate(0, 1, 0)
+	wantHeaders := [5]string{"0", "0", strconv.FormatInt(next.Unix(), 10),
+		`"month";r=0;t=` + strconv.FormatInt(int64((next.Sub(now)+time.Second-1)/time.Second), 10),
+		fmt.Sprintf(`"second";q=%d;w=1, "minute";q=%d;w=60, "month";q=0;w=%d`, srv.planMap()[coinpulse.TierPremium].PerSecond,
+			srv.planMap()[coinpulse.TierPremium].PerMinute, int64(next.Sub(coinpulse.MonthStart(now)).Seconds()))}
+	refused := do(t, srv.Server, "GET", "/api/v1/markets", key)
+	for _, res := range []*response{res, refused} {
+		if got := rateHeaders(res); got != wantHeaders {
+			t.Errorf("%d answer without API access: rate-limit headers %q\nwant %q", res.Status, got, wantHeaders)
+		}
 	}
 }
 

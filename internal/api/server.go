@@ -405,7 +405,7 @@ func (s *Server) unrouted(e *exchange, r *http.Request) {
 	if carriesKey(r) {
 		if p, err := s.authenticate(r); err == nil {
 			e.principal = p
-			s.peekHeaders(e, r, Route{})
+			s.peekHeaders(e, r)
 		}
 	}
 	h, _ := s.mux.Handler(r)
@@ -525,11 +525,11 @@ func (s *Server) admit(e *exchange, r *http.Request, rt Route) error {
 	}
 	e.principal = p
 	if err := s.authorize(p, r, rt); err != nil {
-		s.peekHeaders(e, r, rt)
+		s.peekHeaders(e, r)
 		return err
 	}
 	if tooLarge {
-		s.peekHeaders(e, r, rt)
+		s.peekHeaders(e, r)
 		return s.bodyTooLarge(r)
 	}
 	if err := s.limit(e, r, rt); err != nil {

@@ -105,9 +105,8 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
 			w.Header().Set("Retry-After", "1")
 			return &coinpulse.Error{Code: coinpulse.CodeUnavailable, Message: "Rate limits cannot be read right now; retry in a second.", Err: err}
 		}
-		// The answer's headers too describe where the key stands, not
-		// the abuse limit /usage itself passed.
-		setRateHeaders(w.Header(), &v, s.decidedAt(&v))
+		// The answer's headers describe the same snapshot as its body.
+		s.setStandingHeaders(w.Header(), p, &v)
 		for _, st := range v.Windows {
 			uw := usageWindow{Window: st.Window, Limit: limitPtr(st.Limit)}
 			if st.Window == coinpulse.WindowMonth && account == p.live && plan.Endpoints == coinpulse.EndpointsNone {
