@@ -68,9 +68,10 @@ func (s *Server) limit(e *exchange, r *http.Request, rt Route) error {
 		return &coinpulse.Error{Code: coinpulse.CodeUnavailable, Message: "Rate limits cannot be checked right now; retry in a second.", Err: err}
 	}
 	now := s.decidedAt(&v)
-	if v.Allowed && account != s.standingAccount(e.principal) {
+	if v.Allowed && rt.Free && e.principal.key.Mode == coinpulse.ModeLive {
 		// A live key's free call passed its abuse limit: its headers,
-		// as every other answer's, say where the key stands in its plan.
+		// as every other answer's, say where the key stands in its plan
+		// (see peekHeaders).
 		s.peekHeaders(e, r)
 	} else {
 		setRateHeaders(e.Header(), &v, now)
@@ -104,18 +105,11 @@ func (s *Server) limitsOf(p *principal, rt Route) (string, coinpulse.Limits) {
 	return p.live, s.planMap()[p.user.Tier].Limits()
 }
 
-// standingAccount is the account whose windows the rate-limit headers of
-// p's answers describe: the plan's for a live key, even on a free route,
-// whose own abuse limit shows only in the 429 it refuses with; the
-// sandbox's for a sandbox key.
-func (s *Server) standingAccount(p *principal) string {
-	account, _ := s.limitsOf(p, Route{})
-	return account
-}
-
-// peekHeaders sets the rate-limit headers that say where the key stands
-// (see standingAccount) without counting a call: for an authenticated
-// call refused before its limits were checked, a free call, a refund.
+// peekHeaders sets the rate-limit headers that say where the key stands,
+// without counting a call: the windows of its plan for a live key, even
+// on a free route (whose own abuse limit shows only in the 429 it refuses
+// with), of the sandbox for a sandbox key. For an authenticated call
+// refused before its limits were checked, a free call, a refund.
 func (s *Server) peekHeaders(e *exchange, r *http.Request) {
 	if s.limiter == nil {
 		return
