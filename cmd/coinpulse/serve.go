@@ -366,7 +366,10 @@ func newLimiter(ctx context.Context, cfg serveConfig, store coinpulse.Store, log
 		return nil, nil, fmt.Errorf("--redis %s: %w", opts.Addr, err)
 	}
 	log.Info("rate limits in Redis", "addr", opts.Addr)
-	limiter := ratelimit.NewRedis(client, seed, ratelimit.WithPrefix(cfg.redisPrefix))
+	// A seed of a month under way waits out one batch of every node's
+	// meter, and a margin for the write, so that no call is missed.
+	settle := cfg.meterInterval + 500*time.Millisecond
+	limiter := ratelimit.NewRedis(client, seed, ratelimit.WithPrefix(cfg.redisPrefix), ratelimit.WithSettle(settle))
 	return limiter, func() { limiter.Close(); client.Close() }, nil
 }
 

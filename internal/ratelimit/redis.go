@@ -44,6 +44,9 @@ type Redis struct {
 	// ttlPad lengthens the rolling keys' lives; withClock sets it, since
 	// the server expires keys on its own clock, not the test's.
 	ttlPad time.Duration
+	// settle is how long a seed of a month under way waits for the
+	// nodes' meters before it reads the count again (see WithSettle).
+	settle time.Duration
 
 	// seeding holds the Seed calls in flight, by account and month, so
 	// that concurrent calls in this process share one.
@@ -135,6 +138,18 @@ type Option func(*Redis)
 // keys' hash slot.
 func WithPrefix(prefix string) Option {
 	return func(r *Redis) { r.prefix = prefix }
+}
+
+// WithSettle makes a seed wait d and read the count again when Redis has
+// no count of a month the main database says is under way (a count above
+// 0): Redis lost its state (a restart, a failover, an eviction) while the
+// nodes were serving, and each node's meter may still hold calls it
+// admitted but has not written. d should be the meters' batch interval
+// and a margin. The account's calls wait for the seed meanwhile, on every
+// node, so none is admitted on a short count. A month with no call
+// written yet is seeded at once: it is most likely new.
+func WithSettle(d time.Duration) Option {
+	return func(r *Redis) { r.settle = d }
 }
 
 // withClock makes the script use clock's time instead of the server's
@@ -314,6 +329,16 @@ func (r *Redis) seedMonth(ctx context.Context, account string, start time.Time) 
 	}()
 	c.err = errSeedPanicked // until Seed returns
 	c.n, c.err = r.seed(ctx, account, start)
+	if c.err == nil && c.n > 0 && r.settle > 0 {
+		t := time.NewTimer(r.settle)
+		select {
+		case <-t.C:
+			c.n, c.err = r.seed(ctx, account, start)
+		case <-ctx.Done():
+			t.Stop()
+			c.err = ctx.Err()
+		}
+	}
 	return c.n, c.err
 }
 

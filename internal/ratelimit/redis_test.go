@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -147,6 +148,75 @@ func TestRedisNodeClockOff(t *testing.T) {
 	}
 	if n, _ := c.Get(context.Background(), prefix+"{a}:mo:"+month.Format("200601")).Int64(); n != 7 {
 		t.Errorf("month count %d, want 7", n)
+	}
+}
+
+// A month under way that Redis has no count of (it lost its state) is
+// seeded after the meters had time to write: the second reading, which
+// has the calls written meanwhile, is the one used, and every call waits
+// for it. A month with nothing written yet is seeded at once.
+func TestRedisSettlesAMonthUnderWay(t *testing.T) {
+	c := newTestClient(t)
+	prefix := testPrefix(t)
+	month := coinpulse.MonthStart(time.Now())
+	const settle = 300 * time.Millisecond
+	var mu sync.Mutex
+	reads := map[string][]time.Time{}
+	written := map[string][]int64{"busy": {5, 7}, "new": {0}}
+	seed := func(_ context.Context, account string, m time.Time) (int64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !m.Equal(month) {
+			return 0, fmt.Errorf("seed of %v, want %v", m, month)
+		}
+		n := len(reads[account])
+		reads[account] = append(reads[account], time.Now())
+		return written[account][min(n, len(written[account])-1)], nil
+	}
+	lim := NewRedis(c, seed, WithPrefix(prefix), WithSettle(settle))
+	limits := coinpulse.Limits{PerSecond: 100, PerMinute: 1000, Monthly: 10}
+
+	// Three concurrent calls of the busy account: one seed, read twice.
+	start := time.Now()
+	var wg sync.WaitGroup
+	counts := make(chan int64, 3)
+	for range 3 {
+		wg.Go(func() {
+			v, err := lim.Allow(context.Background(), "busy", limits)
+			if err != nil || !v.Allowed {
+				t.Errorf("busy: %+v, %v", v, err)
+				return
+			}
+			counts <- v.Windows[2].Limit - v.Windows[2].Remaining
+		})
+	}
+	wg.Wait()
+	close(counts)
+	if took := time.Since(start); took < settle {
+		t.Errorf("the calls were answered after %v, before the seed settled (%v)", took, settle)
+	}
+	var got []int64
+	for n := range counts {
+		got = append(got, n)
+	}
+	slices.Sort(got)
+	if want := []int64{8, 9, 10}; !slices.Equal(got, want) {
+		t.Errorf("busy: month counts %v after the calls, want %v (seeded with the second reading, 7)", got, want)
+	}
+	if r := reads["busy"]; len(r) != 2 || r[1].Sub(r[0]) < settle {
+		t.Errorf("busy: seed read at %v, want twice, %v apart", r, settle)
+	}
+
+	// A new month's first call is not held.
+	start = time.Now()
+	if v, err := lim.Allow(context.Background(), "new", limits); err != nil || !v.Allowed || v.Windows[2].Remaining != 9 {
+		t.Errorf("new: %+v, %v; want admitted with 9 left", v, err)
+	}
+	if took := time.Since(start); took >= settle {
+		t.Errorf("new: answered after %v, held for a settle", took)
+	}
+	if n := len(reads["new"]); n != 1 {
+		t.Errorf("new: seed read %d times, want once", n)
 	}
 }
 
