@@ -17,7 +17,9 @@
 //     TAT = max(TAT, now) + T. So "burst" means this: an idle account may
 //     spend a whole window's allowance at once (L calls in the same
 //     instant), and after that its calls are spaced T apart; the full burst
-//     is back once the account has been idle until TAT. Remaining is
+//     is back once the account has been idle until TAT. A span of W just
+//     after an idle spell thus holds up to 2L − 1 calls; longer spans
+//     average L per W. Remaining is
 //     ⌊(W − (TAT − now)) / T⌋, Reset is TAT (or now when TAT has passed),
 //     and a refusal's RetryAfter is (TAT − τ) − now rounded up to a whole
 //     millisecond (at least 1 ms).
