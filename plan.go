@@ -4,6 +4,7 @@ import (
 	"bytes"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -103,6 +104,14 @@ func LoadPlans(r io.Reader) (map[Tier]Plan, error) {
 	data, err := io.ReadAll(r)
 	if err != nil {
 		return nil, fmt.Errorf("plan file: %w", err)
+	}
+	if err := json.Unmarshal(data, new(any)); err != nil {
+		var syn *json.SyntaxError
+		if errors.As(err, &syn) {
+			line := 1 + bytes.Count(data[:syn.Offset], []byte("\n"))
+			return nil, fmt.Errorf("plan file: not JSON (line %d: %v); a plan file is JSON, as plans/default.json (TOML and YAML are not read)", line, syn)
+		}
+		return nil, fmt.Errorf("plan file: not JSON: %w", err)
 	}
 	if err := checkKeys(data); err != nil {
 		return nil, fmt.Errorf("plan file: %w", err)

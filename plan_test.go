@@ -90,4 +90,56 @@ func TestLoadPlansRejects(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
+	// A file in another format is told it must be JSON, where it stops.
+	_, err := LoadPlans(strings.NewReader("# plans\n[[plans]]\ntier = \"free\"\n"))
+	if want := "plan file: not JSON (line 1: invalid character '#' looking for beginning of value); a plan file is JSON, as plans/default.json (TOML and YAML are not read)"; err == nil || err.Error() != want {
+		t.Errorf("a TOML file: %v\nwant %s", err, want)
+	}
+	_, err = LoadPlans(strings.NewReader("{\"plans\": [\n  {\"tier\": \"free\",}\n]}"))
+	if err == nil || !strings.Contains(err.Error(), "not JSON (line 2: ") {
+		t.Errorf("a trailing comma on line 2: %v", err)
+	}
+}
+
+// FuzzLoadPlans: whatever the file, LoadPlans errs or returns a plan for
+// every tier, each with rates from 1 to MaxRate and allowances that are
+// Unlimited or above 0 (0 monthly calls only without API access).
+func FuzzLoadPlans(f *testing.F) {
+	for _, path := range []string{"plans/default.json", "plans/pro-only.json"} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte(`{"plans":[]}`))
+	f.Add([]byte("tier = \"free\"\n"))
+	f.Add([]byte(`{"plans":[{"tier":"free","monthly_calls":"unlimited","per_minute":1,"per_second":1}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		plans, err := LoadPlans(strings.NewReader(string(data)))
+		if err != nil {
+			if plans != nil {
+				t.Fatalf("plans %v with error %v", plans, err)
+			}
+			return
+		}
+		if len(plans) != len(Tiers) {
+			t.Fatalf("%d plans, want one a tier", len(plans))
+		}
+		for _, tier := range Tiers {
+			p, ok := plans[tier]
+			if !ok || p.Tier != tier {
+				t.Fatalf("tier %s: %+v", tier, p)
+			}
+			if p.PerSecond < 1 || p.PerSecond > MaxRate || p.PerMinute < 1 || p.PerMinute > MaxRate {
+				t.Fatalf("%s: rates %d/s %d/min", tier, p.PerSecond, p.PerMinute)
+			}
+			if p.MonthlyCalls != Unlimited && p.MonthlyCalls < 0 || p.MonthlyCalls == 0 && p.Endpoints != EndpointsNone {
+				t.Fatalf("%s: monthly calls %d with endpoints %s", tier, p.MonthlyCalls, p.Endpoints)
+			}
+			if p.MaxPortfolios != Unlimited && p.MaxPortfolios < 0 || p.MaxActiveAlerts != Unlimited && p.MaxActiveAlerts < 0 {
+				t.Fatalf("%s: %d portfolios, %d alerts", tier, p.MaxPortfolios, p.MaxActiveAlerts)
+			}
+		}
+	})
 }
