@@ -39,6 +39,11 @@ func carriesKey(r *http.Request) bool {
 // keyFromRequest reads the key from Authorization: Bearer or X-API-Key.
 // Both present with different keys is an error.
 func keyFromRequest(r *http.Request) (string, error) {
+	// One key a request: a header sent twice is as ambiguous as the two
+	// headers with different keys, whichever copy a proxy would keep.
+	if len(r.Header["Authorization"]) > 1 || len(r.Header["X-Api-Key"]) > 1 {
+		return "", coinpulse.Errorf(coinpulse.CodeInvalidAPIKey, "The key header is sent more than once; send one key, once.")
+	}
 	bearer := ""
 	if h := r.Header.Get("Authorization"); h != "" {
 		scheme, rest, ok := strings.Cut(h, " ")
