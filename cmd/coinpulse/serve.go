@@ -297,7 +297,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		}
 	})
 
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		DisableGeneralOptionsHandler: true} // OPTIONS * gets the API's JSON 404, not net/http's bare 200
 	hs.RegisterOnShutdown(hub.Close)         // WebSockets are hijacked: Shutdown does not wait for them
 	hs.RegisterOnShutdown(srv.BeginShutdown) // simulated timeouts end at once
 	serveErr := make(chan error, 1)

@@ -113,8 +113,28 @@ func TestUnroutedRequests(t *testing.T) {
 		t.Errorf("Allow %q", allow)
 	}
 	wantError(t, do(t, srv, "DELETE", "/v1/coins/bitcoin", key), 405, coinpulse.CodeMethodNotAllowed)
+	// A path that is not clean is sent to the clean one, in JSON, with the
+	// rate-limit headers of a valid key; nothing is counted.
+	for _, target := range []string{"/api/v1//markets/global", "/api/v1/./markets/global", "/api/v1/x/../markets/global", "//api/v1/markets/global"} {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.URL.Path = target // as a client sending it as is
+		req.Header.Set("Authorization", "Bearer "+key)
+		res := serve(t, srv, req)
+		if res.Status/100 != 3 || res.Header.Get("Location") != "/api/v1/markets/global" ||
+			!strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") || res.Header.Get("X-Request-Id") == "" {
+			t.Errorf("GET %s: %d, Location %q, Content-Type %q: %s", target, res.Status, res.Header.Get("Location"), res.Header.Get("Content-Type"), res.Raw)
+		}
+	}
+	req := httptest.NewRequest("OPTIONS", "/", nil)
+	req.URL.Path, req.RequestURI = "*", "*"
+	wantError(t, serve(t, srv, req), 404, coinpulse.CodeNotFound)
+	for _, p := range []string{"/", "/api/v1/markets", "/api/v1/markets/", "/user/api/"} {
+		if !isCleanPath(p) {
+			t.Errorf("isCleanPath(%q) = false", p)
+		}
+	}
 	// HEAD is served wherever GET is.
-	req := httptest.NewRequest("HEAD", "/healthz", nil)
+	req = httptest.NewRequest("HEAD", "/healthz", nil)
 	rec := httptest.NewRecorder()
 	srv.Handler().ServeHTTP(rec, req)
 	if rec.Code != 200 {
@@ -143,7 +163,17 @@ func TestAuthentication(t *testing.T) {
 	ok(do(t, srv, "GET", "/api/v1/markets/global", testKey))
 	ok(do(t, srv, "GET", "/api/v1/markets/global", "", "X-API-Key", key))
 	ok(do(t, srv, "GET", "/api/v1/markets/global", key, "X-API-Key", key))
+	twice := func(name string, values ...string) *response {
+		req := httptest.NewRequest("GET", "/api/v1/markets/global", nil)
+		for _, v := range values {
+			req.Header.Add(name, v)
+		}
+		return serve(t, srv, req)
+	}
 	for name, res := range map[string]*response{
+		"bearer twice":      twice("Authorization", "Bearer "+key, "Bearer "+other),
+		"bearer same twice": twice("Authorization", "Bearer "+key, "Bearer "+key),
+		"X-API-Key twice":   twice("X-API-Key", other, key),
 		"missing":           do(t, srv, "GET", "/api/v1/markets/global", ""),
 		"malformed":         do(t, srv, "GET", "/api/v1/markets/global", "sk_live_short"),
 		"typo":              do(t, srv, "GET", "/api/v1/markets/global", typo),

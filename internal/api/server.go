@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -379,11 +380,24 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.dashboard.ServeHTTP(e, r)
 		return
 	}
-	if _, pattern := s.mux.Handler(r); pattern == "" {
+	// A path that is not clean ("//", "." or ".." segments) has a pattern
+	// but gets ServeMux's redirect, in HTML: unrouted answers it in JSON.
+	if _, pattern := s.mux.Handler(r); pattern == "" || r.Method != http.MethodConnect && !isCleanPath(r.URL.Path) {
 		s.unrouted(e, r)
 		return
 	}
 	s.mux.ServeHTTP(e, r)
+}
+
+// isCleanPath reports whether ServeMux serves p without redirecting to a
+// cleaned path: p is rooted, and path.Clean leaves it as it is, but for a
+// trailing slash.
+func isCleanPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	c := path.Clean(p)
+	return c == p || p[len(p)-1] == '/' && len(p) == len(c)+1 && p[:len(c)] == c
 }
 
 func (s *Server) recoverPanic(w http.ResponseWriter, r *http.Request) {
@@ -416,7 +430,8 @@ func (s *Server) unrouted(e *exchange, r *http.Request) {
 		allow := rec.header.Get("Allow")
 		e.Header().Set("Allow", allow)
 		s.writeError(e, r, coinpulse.Errorf(coinpulse.CodeMethodNotAllowed, "%s is not allowed on %s; allowed: %s.", r.Method, r.URL.Path, allow))
-	case rec.status >= 300 && rec.status < 400 && rec.header.Get("Location") != "":
+	case rec.status >= 300 && rec.status < 400 && rec.header.Get("Location") != "" && strings.HasPrefix(r.URL.Path, "/"):
+		// (Not for OPTIONS *, which has no path to clean.)
 		e.Header().Set("Location", rec.header.Get("Location"))
 		m := s.newMeta(e)
 		writeData(e, rec.status, map[string]string{"location": rec.header.Get("Location")}, &m)
