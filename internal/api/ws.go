@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"encoding/base64"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -30,6 +32,9 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) error {
 	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
 		return coinpulse.Errorf(coinpulse.CodeValidation, "GET /api/v1/ws is a WebSocket endpoint: connect with a WebSocket client (Upgrade: websocket).")
 	}
+	if err := checkHandshake(r); err != nil {
+		return err
+	}
 	e := exchangeOf(w)
 	var p *stream.Principal
 	if e.principal != nil {
@@ -45,6 +50,36 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) error {
 	}
 	if err != nil {
 		s.log.Debug("websocket ended", "err", err, "request_id", e.id)
+	}
+	return nil
+}
+
+// checkHandshake refuses, as VALIDATION_ERROR, an upgrade request the
+// WebSocket library would refuse with a plain-text 400 or 426 (RFC 6455
+// section 4.2.1): the answer stays in the error envelope.
+func checkHandshake(r *http.Request) error {
+	invalid := func(header, msg string) error {
+		return &coinpulse.Error{Code: coinpulse.CodeValidation, Message: "Not a valid WebSocket handshake: " + msg,
+			Details: []coinpulse.FieldError{{Field: header, Message: msg}}}
+	}
+	upgrade := false
+	for _, v := range r.Header.Values("Connection") {
+		for t := range strings.SplitSeq(v, ",") {
+			upgrade = upgrade || strings.EqualFold(strings.TrimSpace(t), "upgrade")
+		}
+	}
+	if !upgrade {
+		return invalid("Connection", "the Connection header must include Upgrade.")
+	}
+	if v := r.Header.Get("Sec-WebSocket-Version"); v != "13" {
+		return invalid("Sec-WebSocket-Version", fmt.Sprintf("Sec-WebSocket-Version must be 13, not %q.", truncate(v, 20)))
+	}
+	keys := r.Header.Values("Sec-WebSocket-Key")
+	if len(keys) != 1 {
+		return invalid("Sec-WebSocket-Key", "send one Sec-WebSocket-Key header.")
+	}
+	if k, err := base64.StdEncoding.DecodeString(strings.TrimSpace(keys[0])); err != nil || len(k) != 16 {
+		return invalid("Sec-WebSocket-Key", "Sec-WebSocket-Key must be 16 bytes in base64.")
 	}
 	return nil
 }

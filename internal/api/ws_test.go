@@ -232,6 +232,53 @@ func TestWSFirstMessageKey(t *testing.T) {
 	c.quiet("after a second auth")
 }
 
+// An upgrade request that is not a valid handshake is a 422 in the
+// error envelope (the WebSocket library would answer a plain-text 400 or
+// 426), and counts as an admitted call.
+func TestWSBadHandshake(t *testing.T) {
+	t.Parallel()
+	env := newAlertEnv(t, alertEnvOptions{})
+	url := "http" + strings.TrimPrefix(wsServer(t, env), "ws")
+	key := env.newKey(coinpulse.TierPro)
+	good := map[string]string{"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+	for _, tc := range []struct{ name, header, value string }{
+		{"no Connection: Upgrade", "Connection", "keep-alive"},
+		{"version 8", "Sec-WebSocket-Version", "8"},
+		{"no key", "Sec-WebSocket-Key", ""},
+		{"short key", "Sec-WebSocket-Key", "c2hvcnQ="},
+	} {
+		req, err := http.NewRequest("GET", url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+key)
+		for k, v := range good {
+			req.Header.Set(k, v)
+		}
+		if tc.value == "" {
+			req.Header.Del(tc.header)
+		} else {
+			req.Header.Set(tc.header, tc.value)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		var env struct {
+			Error struct {
+				Code    string
+				Details []struct{ Field string }
+			}
+		}
+		if err := json.Unmarshal(body, &env); err != nil || res.StatusCode != 422 || env.Error.Code != string(coinpulse.CodeValidation) ||
+			len(env.Error.Details) != 1 || env.Error.Details[0].Field != tc.header {
+			t.Errorf("%s: %d %s", tc.name, res.StatusCode, body)
+		}
+	}
+}
+
 func TestWSRefused(t *testing.T) {
 	t.Parallel()
 	env := newAlertEnv(t, alertEnvOptions{plans: plansWith(coinpulse.TierPremium, func(p *coinpulse.Plan) { p.Webhooks = false })})
