@@ -78,7 +78,8 @@ type Usage struct {
 type UsageStore interface {
 	// RecordCalls stores a batch of calls in one transaction.
 	RecordCalls(ctx context.Context, calls []Call) error
-	// MonthCalls returns the user's counted calls since monthStart.
+	// MonthCalls returns the user's counted calls in the calendar month
+	// starting at monthStart.
 	MonthCalls(ctx context.Context, userID int64, monthStart time.Time) (int64, error)
 	// Usage returns the user's usage as of now, read in one snapshot: no
 	// batch of RecordCalls counts in some of its figures and not others.

@@ -193,13 +193,13 @@ func (db *DB) RecordCalls(ctx context.Context, calls []coinpulse.Call) error {
 	return nil
 }
 
-// MonthCalls returns the user's counted calls on the UTC days starting at
-// or after monthStart (a day's start counts as the day). It returns the
-// database's error, if any.
+// MonthCalls returns the user's counted calls on the UTC days of the
+// calendar month starting at monthStart (a day's start counts as the
+// day). It returns the database's error, if any.
 func (db *DB) MonthCalls(ctx context.Context, userID int64, monthStart time.Time) (int64, error) {
 	var n int64
-	err := db.pool.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM usage_daily WHERE user_id = $1 AND day >= $2`,
-		userID, monthStart).Scan(&n)
+	err := db.pool.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM usage_daily WHERE user_id = $1 AND day >= $2 AND day < $3`,
+		userID, monthStart, monthStart.AddDate(0, 1, 0)).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: month calls: %w", err)
 	}

@@ -300,13 +300,13 @@ func (db *DB) RecordCalls(ctx context.Context, calls []coinpulse.Call) error {
 	return nil
 }
 
-// MonthCalls returns the user's counted calls on the UTC days starting at
-// or after monthStart (a day's start counts as the day). It returns the
-// database's error, if any.
+// MonthCalls returns the user's counted calls on the UTC days of the
+// calendar month starting at monthStart (a day's start counts as the
+// day). It returns the database's error, if any.
 func (db *DB) MonthCalls(ctx context.Context, userID int64, monthStart time.Time) (int64, error) {
 	var n int64
-	err := db.db.QueryRowContext(ctx, `SELECT coalesce(sum(calls), 0) FROM usage_daily WHERE user_id = ? AND day >= ?`,
-		userID, micros(monthStart)).Scan(&n)
+	err := db.db.QueryRowContext(ctx, `SELECT coalesce(sum(calls), 0) FROM usage_daily WHERE user_id = ? AND day >= ? AND day < ?`,
+		userID, micros(monthStart), micros(monthStart.AddDate(0, 1, 0))).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: month calls: %w", err)
 	}

@@ -265,8 +265,12 @@ func testUsageMonthBoundary(t *testing.T, s coinpulse.Store) {
 	if n := monthCalls(t, s, u.ID, march); n != 2 {
 		t.Errorf("MonthCalls(March) = %d, want 2", n)
 	}
-	if n := monthCalls(t, s, u.ID, march.AddDate(0, -1, 0)); n != 5 {
-		t.Errorf("MonthCalls(February) = %d, want 5", n)
+	if n := monthCalls(t, s, u.ID, march.AddDate(0, -1, 0)); n != 3 {
+		t.Errorf("MonthCalls(February) = %d, want 3 (not March's)", n)
+	}
+	// A node whose clock is still in February sees February's calls.
+	if got := usage(t, s, u.ID, march.Add(-time.Millisecond)); got.MonthCalls != 3 {
+		t.Errorf("Usage(28 February) MonthCalls = %d, want 3 (not March's)", got.MonthCalls)
 	}
 	if n := monthCalls(t, s, u.ID, march.AddDate(0, 1, 0)); n != 0 {
 		t.Errorf("MonthCalls(April) = %d, want 0", n)
@@ -594,8 +598,8 @@ func testUsageRetention(t *testing.T, s coinpulse.Store) {
 	}
 	// A call 400 days after the first: that day goes, the next stays.
 	record(t, s, call(k, t0, time.Millisecond, ""))
-	if n := monthCalls(t, s, u.ID, old.AddDate(0, 0, -1)); n != 2 {
-		t.Errorf("MonthCalls after pruning = %d, want 2 (400 days kept)", n)
+	if n := monthCalls(t, s, u.ID, old.AddDate(0, 0, -1)); n != 1 {
+		t.Errorf("MonthCalls after pruning = %d, want 1 (400 days kept: the oldest day goes)", n)
 	}
 	// Key totals are all-time.
 	if got := usage(t, s, u.ID, usageNow); len(got.Keys) != 1 || got.Keys[0].Calls != 3 {

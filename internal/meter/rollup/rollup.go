@@ -372,6 +372,7 @@ func Result(now time.Time, recent []coinpulse.Call, keys []coinpulse.KeyUsage, d
 	today := DayOf(now)
 	first := today.AddDate(0, 0, -29)
 	month := MonthStart(now)
+	nextMonth := month.AddDate(0, 1, 0) // days past now's month (another node's clock) are not its
 	u := &coinpulse.Usage{Recent: recent, Keys: keys, Daily: make([]coinpulse.DayUsage, 30)}
 	if u.Recent == nil {
 		u.Recent = []coinpulse.Call{}
@@ -386,7 +387,7 @@ func Result(now time.Time, recent []coinpulse.Call, keys []coinpulse.KeyUsage, d
 	var perDay [30]Histogram
 	for i := range days {
 		d := &days[i]
-		if !d.Day.Before(month) {
+		if !d.Day.Before(month) && d.Day.Before(nextMonth) {
 			u.MonthCalls += d.Calls
 		}
 		if d.Day.Before(first) || d.Day.After(today) {
