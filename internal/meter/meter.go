@@ -15,8 +15,11 @@
 //
 // Shutdown: stop serving requests, then call Close, which drains: every
 // call Recorded before Close began is written before it returns nil. So a
-// graceful shutdown loses nothing, a crash at most the calls of one
-// Interval (plus a write in progress).
+// graceful shutdown loses nothing, a crash at most the calls of the last
+// Interval while a write takes less than a poll: a batch's timer counts
+// from when the queue was last seen empty, so calls queued during a write
+// do not wait for it and then a whole Interval more. (A slower write adds
+// what it takes beyond a poll.)
 package meter
 
 import (
@@ -242,6 +245,11 @@ func (m *Meter) Run(ctx context.Context) error {
 		timer.Reset(wait)
 		due = timer.C
 	}
+	// drained is when the queue was last seen empty: every call waiting
+	// was queued after it, so a batch's timer counts from it, not from
+	// the poll that found the calls (which may come after a write, the
+	// calls having waited through it).
+	drained := time.Now()
 	flush := false
 	for {
 		if flush || len(batch) >= m.opts.MaxBatch {
@@ -260,6 +268,7 @@ func (m *Meter) Run(ctx context.Context) error {
 		}
 		select {
 		case <-poll.C:
+			at, emptied := time.Now(), false
 		fill:
 			for len(batch) < m.opts.MaxBatch {
 				// A call is held before it leaves the queue, so that
@@ -270,13 +279,17 @@ func (m *Meter) Run(ctx context.Context) error {
 					batch = append(batch, c)
 				default:
 					m.held.Add(-1)
+					emptied = true
 					break fill
 				}
 			}
 			batch = m.takeOverflow(batch, m.opts.MaxBatch-len(batch))
 			if len(batch) > 0 && due == nil {
-				timer.Reset(wait)
+				timer.Reset(max(time.Until(drained.Add(wait)), 0))
 				due = timer.C
+			}
+			if emptied && m.overLen.Load() == 0 {
+				drained = at
 			}
 			m.held.Store(int64(len(batch)))
 		case <-due:

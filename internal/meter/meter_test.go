@@ -258,6 +258,48 @@ func TestMaxBatchFlush(t *testing.T) {
 	}
 }
 
+// slowStore holds each write until the test lets it go, and tells when
+// each begins.
+type slowStore struct {
+	coinpulse.UsageStore
+	began   chan time.Time
+	release chan struct{}
+}
+
+func (s *slowStore) RecordCalls(ctx context.Context, calls []coinpulse.Call) error {
+	s.began <- time.Now()
+	<-s.release
+	return s.UsageStore.RecordCalls(ctx, calls)
+}
+
+// A call queued while a batch is being written waits at most an Interval
+// in all, not through the write and then a whole Interval more: the
+// next batch's timer counts from when the queue was last seen empty.
+func TestCallsQueuedDuringAWriteWaitOneInterval(t *testing.T) {
+	db := openStore(t)
+	accounts := newAccounts(t, db, 1)
+	const interval = 2 * time.Second
+	store := &slowStore{UsageStore: db, began: make(chan time.Time, 2), release: make(chan struct{}, 2)}
+	m := meter.New(store, nil, meter.Options{Interval: interval})
+	start(t, m)
+	m.Record(call(accounts[0].keys[0], 1))
+	<-store.began // the first batch's write
+	m.Record(call(accounts[0].keys[0], 2))
+	// The write takes longer than the Interval: the second call's batch is
+	// due at once when it ends.
+	time.Sleep(interval + 100*time.Millisecond)
+	released := time.Now()
+	store.release <- struct{}{}
+	second := <-store.began
+	store.release <- struct{}{}
+	// Seconds apart: at once (a poll, 20 ms) against a whole Interval (2 s)
+	// after the first write, as the timer counted before.
+	if waited := second.Sub(released); waited > interval/2 {
+		t.Errorf("the second batch's write began %v after the first ended, want at once (its call had waited %v)", waited, interval)
+	}
+	waitFor(t, "both calls written", func() bool { return monthCalls(t, db, accounts) == 2 })
+}
+
 // gatedStore blocks RecordCalls until open is closed.
 type gatedStore struct {
 	coinpulse.UsageStore
