@@ -2,6 +2,7 @@ package coinpulse
 
 import (
 	"context"
+	"strconv"
 	"time"
 )
 
@@ -52,6 +53,10 @@ type Verdict struct {
 	// the limiter does not say.
 	Now time.Time
 }
+
+// LiveAccount names to the Limiter the account whose allowance a user's
+// live calls draw on.
+func LiveAccount(userID int64) string { return "u" + strconv.FormatInt(userID, 10) }
 
 // Limiter checks calls against an account's limits. Implementations are
 // exact under concurrency: with K calls left in a window, N concurrent

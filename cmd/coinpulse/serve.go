@@ -241,7 +241,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	sender := notify.NewSender(notify.SenderOptions{AllowPrivate: cfg.webhookAllowPrivate})
 	dispatcher := notify.NewDispatcher(store, sender, mailer, log, notify.DispatchOptions{Lease: cfg.deliveryLease})
 	apiCfg.AlertIndex, apiCfg.Deliveries, apiCfg.WebhookAllowPrivate = evaluator, dispatcher, cfg.webhookAllowPrivate
-	dash := dashboard.New(dashboard.Config{Store: store, Plans: cfg.plans, Log: log, BillingURL: cfg.billingURL})
+	dash := dashboard.New(dashboard.Config{Store: store, Plans: cfg.plans, Log: log, BillingURL: cfg.billingURL, Limiter: apiCfg.Limiter})
 	apiCfg.Dashboard = dash.Handler()
 	srv := api.New(apiCfg)
 	hub := srv.Hub()

@@ -28,7 +28,7 @@ type principal struct {
 
 func newPrincipal(k *coinpulse.APIKey, u *coinpulse.User) *principal {
 	id := strconv.FormatInt(u.ID, 10)
-	return &principal{key: k, user: u, live: "u" + id, sandbox: "t" + id, free: "f" + id}
+	return &principal{key: k, user: u, live: coinpulse.LiveAccount(u.ID), sandbox: "t" + id, free: "f" + id}
 }
 
 // carriesKey reports whether r sends a key, valid or not.

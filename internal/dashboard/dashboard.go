@@ -80,6 +80,9 @@ type Config struct {
 	// Secure marks cookies Secure; they are also marked so on requests
 	// that came over TLS.
 	Secure bool
+	// Limiter, when set, tells what is left of the month, as the API's
+	// headers and /usage do; without it, the plan less the metered calls.
+	Limiter coinpulse.Limiter
 }
 
 // Dashboard is the web app. Create it with New and serve Handler.
@@ -91,6 +94,7 @@ type Dashboard struct {
 	log        *slog.Logger
 	billingURL string
 	secure     bool
+	limiter    coinpulse.Limiter
 	pages      map[string]*template.Template
 	mux        *http.ServeMux
 
@@ -115,7 +119,7 @@ func (d *Dashboard) plan(t coinpulse.Tier) coinpulse.Plan { return (*d.plans.Loa
 // New returns a Dashboard over cfg. It panics if the embedded templates do
 // not parse, which a test catches.
 func New(cfg Config) *Dashboard {
-	d := &Dashboard{store: cfg.Store, clock: cfg.Clock, log: cfg.Log, billingURL: cfg.BillingURL, secure: cfg.Secure}
+	d := &Dashboard{store: cfg.Store, clock: cfg.Clock, log: cfg.Log, billingURL: cfg.BillingURL, secure: cfg.Secure, limiter: cfg.Limiter}
 	plans := cfg.Plans
 	if plans == nil {
 		plans = coinpulse.DefaultPlans()

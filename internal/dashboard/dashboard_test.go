@@ -22,6 +22,7 @@ import (
 	"coinpulse/internal/api"
 	"coinpulse/internal/feed/sim"
 	"coinpulse/internal/market"
+	"coinpulse/internal/ratelimit"
 	"coinpulse/internal/sqlite"
 )
 
@@ -926,5 +927,35 @@ func TestSetPlans(t *testing.T) {
 	e.dash.SetPlans(plans)
 	if got := monthly(); got != 2000 {
 		t.Fatalf("free plan's monthly calls %d after SetPlans, want 2000", got)
+	}
+}
+
+// What is left of the month comes from the limiter, which admits the
+// calls, when there is one: metering lags it by the calls not yet
+// written, and after a crash by those lost.
+func TestMonthLeftFromTheLimiter(t *testing.T) {
+	e := newEnv(t, "")
+	u := &coinpulse.User{ID: 42, Tier: coinpulse.TierPremium}
+	plan := coinpulse.DefaultPlans()[coinpulse.TierPremium]
+	limiter := ratelimit.NewMemory(e.clock, nil)
+	for range 3 {
+		if v, err := limiter.Allow(t.Context(), coinpulse.LiveAccount(u.ID), plan.Limits()); err != nil || !v.Allowed {
+			t.Fatalf("Allow: %+v, %v", v, err)
+		}
+	}
+	with := New(Config{Store: e.store, Clock: e.clock, Limiter: limiter})
+	if left := with.monthLeft(t.Context(), u, plan, 1); left == nil || *left != plan.MonthlyCalls-3 {
+		t.Errorf("with the limiter: %v left, want %d (its 3 calls, not the 1 metered)", left, plan.MonthlyCalls-3)
+	}
+	if left := e.dash.monthLeft(t.Context(), u, plan, 1); left == nil || *left != plan.MonthlyCalls-1 {
+		t.Errorf("without a limiter: %v left, want %d", left, plan.MonthlyCalls-1)
+	}
+	pro := coinpulse.DefaultPlans()[coinpulse.TierPro] // unlimited
+	if left := with.monthLeft(t.Context(), u, pro, 1); left != nil {
+		t.Errorf("unlimited plan: %d left, want nil", *left)
+	}
+	plan.Endpoints = coinpulse.EndpointsNone
+	if left := with.monthLeft(t.Context(), u, plan, 1); left == nil || *left != 0 {
+		t.Errorf("no API access: %v left, want 0", left)
 	}
 }

@@ -326,7 +326,7 @@ func (d *Dashboard) dataUsage(w http.ResponseWriter, r *http.Request) {
 	d.jsonData(w, http.StatusOK, map[string]any{
 		"month_calls":      u.MonthCalls,
 		"monthly_limit":    limit,
-		"remaining":        remaining(acc.plan, u.MonthCalls),
+		"remaining":        acc.left,
 		"daily":            days,
 		"response_time_ms": map[string]*float64{"p50": msPtr(u.P50), "p95": msPtr(u.P95), "p99": msPtr(u.P99)},
 		"keys":             stats,

@@ -181,6 +181,7 @@ type accountData struct {
 	keys  []*coinpulse.APIKey
 	usage *coinpulse.Usage
 	stats []keyStat
+	left  *int64 // what is left of the month; nil when unlimited
 }
 
 func (d *Dashboard) load(ctx context.Context, u *coinpulse.User) (*accountData, error) {
@@ -193,7 +194,31 @@ func (d *Dashboard) load(ctx context.Context, u *coinpulse.User) (*accountData, 
 		return nil, err
 	}
 	a.stats = keyStats(a.keys, a.usage)
+	a.left = d.monthLeft(ctx, u, a.plan, a.usage.MonthCalls)
 	return a, nil
+}
+
+// monthLeft is what is left of the plan's monthly allowance (nil when
+// unlimited): the limiter's count, which admits or refuses the calls,
+// when there is one; else the plan less the metered calls, which lag it
+// by the calls not yet written (and after a crash, by those lost).
+func (d *Dashboard) monthLeft(ctx context.Context, u *coinpulse.User, p coinpulse.Plan, used int64) *int64 {
+	left := remaining(p, used)
+	if left == nil || d.limiter == nil || p.Endpoints == coinpulse.EndpointsNone {
+		return left
+	}
+	v, err := d.limiter.Peek(ctx, coinpulse.LiveAccount(u.ID), p.Limits())
+	if err != nil {
+		d.log.Warn("dashboard: rate limiter unreachable; month left from metering", "err", err)
+		return left
+	}
+	for _, w := range v.Windows {
+		if w.Window == coinpulse.WindowMonth && w.Limit > 0 {
+			n := w.Remaining
+			return &n
+		}
+	}
+	return left
 }
 
 func (d *Dashboard) dashboard(ctx context.Context, u *coinpulse.User, form keyForm) (*dashView, error) {
@@ -216,7 +241,7 @@ func (d *Dashboard) dashboard(ctx context.Context, u *coinpulse.User, form keyFo
 	if d.billingURL != "" {
 		v.UpgradeURL, v.Billing = d.billingURL, true
 	}
-	if left := remaining(a.plan, a.usage.MonthCalls); left != nil {
+	if left := a.left; left != nil {
 		v.Left = formatInt(*left)
 	} else {
 		v.Left = "unlimited"
