@@ -430,8 +430,9 @@ func (s *Server) unrouted(e *exchange, r *http.Request) {
 		allow := rec.header.Get("Allow")
 		e.Header().Set("Allow", allow)
 		s.writeError(e, r, coinpulse.Errorf(coinpulse.CodeMethodNotAllowed, "%s is not allowed on %s; allowed: %s.", r.Method, r.URL.Path, allow))
+	// A redirect to the clean path; not for OPTIONS *, which has no path
+	// to clean and gets the 404.
 	case rec.status >= 300 && rec.status < 400 && rec.header.Get("Location") != "" && strings.HasPrefix(r.URL.Path, "/"):
-		// (Not for OPTIONS *, which has no path to clean.)
 		e.Header().Set("Location", rec.header.Get("Location"))
 		m := s.newMeta(e)
 		writeData(e, rec.status, map[string]string{"location": rec.header.Get("Location")}, &m)
