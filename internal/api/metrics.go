@@ -24,7 +24,7 @@ func newMetrics() *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "coinpulse_http_requests_total",
-		Help: "HTTP requests by route pattern, method and status.",
+		Help: "HTTP requests by route pattern and status.",
 	}, []string{"route", "status"})
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "coinpulse_http_request_duration_seconds",
