@@ -260,8 +260,10 @@ func (s *Server) routeTable() []Route {
 }
 
 // Run does the server's background work until ctx ends: polling the auth
-// epoch so revocations reach the key cache, and flushing last-used times.
+// epoch so revocations reach the key cache, flushing last-used times, and
+// closing the WebSocket streams whose subscription or key expires.
 func (s *Server) Run(ctx context.Context) {
+	go s.watchStreams(ctx)
 	s.keys.run(ctx, s.log)
 }
 

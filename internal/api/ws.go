@@ -3,9 +3,12 @@ package api
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
+	"time"
 
 	"coinpulse"
 	"coinpulse/internal/stream"
@@ -85,7 +88,7 @@ func checkHandshake(r *http.Request) error {
 }
 
 func streamPrincipal(p *principal) stream.Principal {
-	return stream.Principal{UserID: p.user.ID, Mode: string(p.key.Mode), KeyID: p.key.ID}
+	return stream.Principal{UserID: p.user.ID, Mode: string(p.key.Mode), KeyID: p.key.ID, Until: lapse(p.user, p.key)}
 }
 
 // streamAuth authenticates a key sent in a WebSocket's first message with
@@ -135,33 +138,111 @@ func (s *Server) Hub() *stream.Hub { return s.hub }
 // recheckStreams closes the WebSockets whose key or account no longer
 // passes: a revoked or expired key, an expired subscription, a plan
 // without streams. The key cache runs it whenever the auth epoch changes
-// (a revocation or a tier change, on any node or from the CLI), so that
-// revocation reaches open connections too.
-func (s *Server) recheckStreams(ctx context.Context) {
+// (a revocation or a tier change, on any node or from the CLI), SetPlans
+// after new plans, and watchStreams when a stream's Until passes.
+func (s *Server) recheckStreams(ctx context.Context) { s.recheck(ctx, s.hub.Principals()) }
+
+// recheck closes the streams of ps whose key or account no longer passes,
+// after an error saying why, and records for the others when they lapse
+// (a subscription renewed since they connected lapses later).
+func (s *Server) recheck(ctx context.Context, ps []stream.Principal) {
 	now := s.clock()
-	for _, p := range s.hub.Principals() {
-		u, err := s.store.UserByID(ctx, p.UserID)
-		if err != nil && !coinpulse.IsNotFound(err) {
-			s.log.Warn("recheck websocket", "err", err)
-			continue
-		}
-		ok := err == nil && !u.SubscriptionExpired(now) && s.planMap()[u.Tier].Webhooks
-		if ok {
-			keys, err := s.store.KeysByUser(ctx, p.UserID)
-			if err != nil {
-				s.log.Warn("recheck websocket", "err", err)
-				continue
-			}
-			ok = false
-			for _, k := range keys {
-				if k.ID == p.KeyID {
-					ok = k.RevokedAt == nil && k.Active(now)
+	for _, p := range ps {
+		until, err := s.streamStanding(ctx, p, now)
+		var cause *coinpulse.Error
+		switch {
+		case errors.As(err, &cause):
+			reason := map[coinpulse.Code]string{coinpulse.CodeExpiredSubscription: "subscription expired", coinpulse.CodePermissionDenied: "plan excludes streams"}[cause.Code]
+			if reason == "" {
+				reason = "api key revoked"
+				if cause.Message == keyExpired {
+					reason = "api key expired"
 				}
 			}
+			n := s.hub.DisconnectKey(p.KeyID, cause, reason)
+			s.log.Info("closed websockets no longer allowed", "key_id", p.KeyID, "reason", reason, "connections", n)
+		case err != nil:
+			s.log.Warn("recheck websocket", "err", err)
+		case !until.Equal(p.Until):
+			s.hub.SetUntil(p.KeyID, until)
 		}
-		if !ok {
-			n := s.hub.DisconnectKey(p.KeyID)
-			s.log.Info("closed websockets of a key no longer valid", "key_id", p.KeyID, "connections", n)
+	}
+}
+
+// keyExpired is the message of a stream closed because its key expired.
+const keyExpired = "The API key expired."
+
+// streamStanding returns when the streams of p's key lapse (zero: never),
+// or, as a *coinpulse.Error, why they may not go on: the checks a new
+// connection passes.
+func (s *Server) streamStanding(ctx context.Context, p stream.Principal, now time.Time) (time.Time, error) {
+	u, err := s.store.UserByID(ctx, p.UserID)
+	if coinpulse.IsNotFound(err) {
+		return time.Time{}, coinpulse.Errorf(coinpulse.CodeInvalidAPIKey, "The API key was revoked.")
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	keys, err := s.store.KeysByUser(ctx, p.UserID)
+	if err != nil {
+		return time.Time{}, err
+	}
+	var key *coinpulse.APIKey
+	for _, k := range keys {
+		if k.ID == p.KeyID {
+			key = k
+		}
+	}
+	switch {
+	case key == nil || key.RevokedAt != nil:
+		return time.Time{}, coinpulse.Errorf(coinpulse.CodeInvalidAPIKey, "The API key was revoked.")
+	case !key.Active(now):
+		return time.Time{}, coinpulse.Errorf(coinpulse.CodeInvalidAPIKey, keyExpired)
+	}
+	req := &http.Request{Method: http.MethodGet, URL: &url.URL{Path: "/api/v1/ws"}}
+	if err := s.authorize(newPrincipal(key, u), req, s.wsRoute); err != nil {
+		return time.Time{}, err
+	}
+	return lapse(u, key), nil
+}
+
+// lapse is when a stream of key k of u stops passing by itself: at the
+// subscription's expiry (a paid tier's) or the key's, whichever is first;
+// zero for never.
+func lapse(u *coinpulse.User, k *coinpulse.APIKey) time.Time {
+	var t time.Time
+	if u.Tier != coinpulse.TierFree && u.TierExpiresAt != nil {
+		t = *u.TierExpiresAt
+	}
+	if k.ExpiresAt != nil && (t.IsZero() || k.ExpiresAt.Before(t)) {
+		t = *k.ExpiresAt
+	}
+	return t
+}
+
+// watchStreams rechecks, every second until ctx ends, the streams whose
+// Until has passed since the last look: an expiry closes them within a
+// second, without a database query a stream a second.
+func (s *Server) watchStreams(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	last := s.clock()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := s.clock()
+		var lapsed []stream.Principal
+		for _, p := range s.hub.Principals() {
+			if p.Until.After(last) && !now.Before(p.Until) {
+				lapsed = append(lapsed, p)
+			}
+		}
+		last = now
+		if len(lapsed) > 0 {
+			s.recheck(ctx, lapsed)
 		}
 	}
 }

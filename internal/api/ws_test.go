@@ -513,9 +513,11 @@ func TestWSClosedOnRevocation(t *testing.T) {
 	if err := env.store.SetUserTier(env.ctx, bob.ID, coinpulse.TierFree, nil); err != nil {
 		t.Fatal(err)
 	}
-	bobs.expect("error")
-	if ce := bobs.closed(); ce.Code != websocket.StatusPolicyViolation {
-		t.Errorf("after the downgrade: closed with %d %q", ce.Code, ce.Reason)
+	if e := bobs.expect("error"); e["code"] != string(coinpulse.CodePermissionDenied) {
+		t.Errorf("after the downgrade: %v, want PERMISSION_DENIED (the key is still good)", e)
+	}
+	if ce := bobs.closed(); ce.Code != websocket.StatusPolicyViolation || ce.Reason != "plan excludes streams" {
+		t.Errorf("after the downgrade: closed with %d %q, want 1008 \"plan excludes streams\"", ce.Code, ce.Reason)
 	}
 	other.quiet("after another account's downgrade")
 }
@@ -531,9 +533,64 @@ func TestSetPlansClosesStreams(t *testing.T) {
 	pro.expect("welcome")
 	ent.expect("welcome")
 	env.srv.SetPlans(env.ctx, plansWith(coinpulse.TierPro, func(p *coinpulse.Plan) { p.Webhooks = false }))
-	pro.expect("error")
-	if ce := pro.closed(); ce.Code != websocket.StatusPolicyViolation {
-		t.Errorf("after the plans changed: closed with %d %q, want 1008", ce.Code, ce.Reason)
+	if e := pro.expect("error"); e["code"] != string(coinpulse.CodePermissionDenied) {
+		t.Errorf("after the plans changed: %v, want PERMISSION_DENIED", e)
+	}
+	if ce := pro.closed(); ce.Code != websocket.StatusPolicyViolation || ce.Reason != "plan excludes streams" {
+		t.Errorf("after the plans changed: closed with %d %q, want 1008 \"plan excludes streams\"", ce.Code, ce.Reason)
 	}
 	ent.quiet("a tier the new plans leave its streams")
+}
+
+// A stream ends when its subscription or its key expires, within about a
+// second, saying which; one whose subscription was renewed goes on.
+func TestWSClosedWhenItLapses(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	env := newAlertEnv(t, alertEnvOptions{clock: clock})
+	url := wsServer(t, env)
+	now := clock.Now()
+	inAnHour, inTwo := now.Add(time.Hour), now.Add(2*time.Hour)
+	lapsing := env.user(coinpulse.TierPro)
+	renewed := env.user(coinpulse.TierPro)
+	for _, u := range []*coinpulse.User{lapsing, renewed} {
+		if err := env.store.SetUserTier(env.ctx, u.ID, coinpulse.TierPro, &inAnHour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keyed := env.user(coinpulse.TierPro)
+	expiring, rec, err := coinpulse.NewAPIKey(keyed.ID, "expiring", coinpulse.ModeLive, rw)
+	rec.ExpiresAt = &inTwo
+	if err != nil || env.store.CreateKey(env.ctx, rec) != nil {
+		t.Fatal(err)
+	}
+	sub := mustDialWS(t, url, env.key(lapsing, coinpulse.ModeLive, rw))
+	kept := mustDialWS(t, url, env.key(renewed, coinpulse.ModeLive, rw))
+	key := mustDialWS(t, url, expiring)
+	for _, c := range []*wsClient{sub, kept, key} {
+		c.expect("welcome")
+	}
+	later := now.Add(30 * 24 * time.Hour)
+	if err := env.store.SetUserTier(env.ctx, renewed.ID, coinpulse.TierPro, &later); err != nil {
+		t.Fatal(err)
+	}
+
+	clock.Advance(time.Hour)
+	if e := sub.expect("error"); e["code"] != string(coinpulse.CodeExpiredSubscription) {
+		t.Errorf("after the subscription's expiry: %v, want EXPIRED_SUBSCRIPTION", e)
+	}
+	if ce := sub.closed(); ce.Code != websocket.StatusPolicyViolation || ce.Reason != "subscription expired" {
+		t.Errorf("after the subscription's expiry: closed with %d %q, want 1008 \"subscription expired\"", ce.Code, ce.Reason)
+	}
+	kept.quiet("a renewed subscription")
+	key.quiet("a key that expires later")
+
+	clock.Advance(time.Hour)
+	if e := key.expect("error"); e["code"] != string(coinpulse.CodeInvalidAPIKey) || e["message"] != keyExpired {
+		t.Errorf("after the key's expiry: %v, want INVALID_API_KEY %q", e, keyExpired)
+	}
+	if ce := key.closed(); ce.Code != websocket.StatusPolicyViolation || ce.Reason != "api key expired" {
+		t.Errorf("after the key's expiry: closed with %d %q, want 1008 \"api key expired\"", ce.Code, ce.Reason)
+	}
+	kept.quiet("a renewed subscription, later")
 }

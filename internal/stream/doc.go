@@ -115,8 +115,11 @@
 //     then 1008 "too many invalid messages";
 //   - a message exceeds 64 KiB: 1009 (message too big), without an error
 //     message (between 16 and 64 KiB: a PAYLOAD_TOO_LARGE error only);
-//   - its key is revoked: an INVALID_API_KEY error, then 1008 "api key
-//     revoked";
+//   - its key or account no longer passes (the API calls DisconnectKey):
+//     an error saying why, then 1008 with a reason: INVALID_API_KEY and
+//     "api key revoked" or "api key expired", EXPIRED_SUBSCRIPTION and
+//     "subscription expired", PERMISSION_DENIED and "plan excludes
+//     streams";
 //   - the server shuts down: 1001 "server shutting down".
 //
 // Reconnect with backoff after a close; subscriptions do not survive a

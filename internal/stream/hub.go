@@ -26,6 +26,11 @@ type Principal struct {
 	// only to connections of the alert's owner in the alert's mode.
 	Mode  string
 	KeyID int64
+	// Until is when the connection's authorization lapses, zero for
+	// never: the subscription's or the key's expiry, whichever comes
+	// first. The hub keeps it for its caller (Principals, SetUntil); it
+	// does not act on it.
+	Until time.Time
 }
 
 // Defaults of Config.
@@ -334,10 +339,12 @@ func appendCompact(b []byte, src []byte) ([]byte, error) {
 }
 
 // DisconnectKey closes every connection authenticated with the key
-// keyID, after an INVALID_API_KEY error message, with status 1008 and
-// reason "api key revoked"; it returns how many there were. Call it when
-// a key is revoked: revocation then takes effect on open connections too.
-func (h *Hub) DisconnectKey(keyID int64) int {
+// keyID, after an error message saying why (cause: a *coinpulse.Error
+// with the code, INVALID_API_KEY for a revoked key), with status 1008 and
+// reason; it returns how many there were. Call it when a key or its
+// account no longer passes: revocation, an expiry, a plan without
+// streams then takes effect on open connections too.
+func (h *Hub) DisconnectKey(keyID int64, cause error, reason string) int {
 	var cs []*conn
 	h.mu.RLock()
 	for c := range h.conns {
@@ -346,12 +353,23 @@ func (h *Hub) DisconnectKey(keyID int64) int {
 		}
 	}
 	h.mu.RUnlock()
-	err := coinpulse.Errorf(coinpulse.CodeInvalidAPIKey, "The API key was revoked.")
 	for _, c := range cs {
-		c.enqueue(kindError, errorBody(nil, err))
-		c.closeAfter(websocket.StatusPolicyViolation, "api key revoked", nil)
+		c.enqueue(kindError, errorBody(nil, cause))
+		c.closeAfter(websocket.StatusPolicyViolation, reason, nil)
 	}
 	return len(cs)
+}
+
+// SetUntil records a new lapse time for the connections of the key keyID
+// (see Principal.Until), as after a renewed subscription.
+func (h *Hub) SetUntil(keyID int64, until time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for c := range h.conns {
+		if c.authed && c.principal.KeyID == keyID {
+			c.principal.Until = until
+		}
+	}
 }
 
 // Principals returns the principals of the authenticated connections,

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"coinpulse"
 )
 
 func TestWelcome(t *testing.T) {
@@ -464,7 +466,7 @@ func TestDisconnectKey(t *testing.T) {
 	e := newEnv(t, Config{})
 	a := e.dialWelcome(t, "sk_user1_live")
 	b := e.dialWelcome(t, "sk_user1_test")
-	if n := e.hub.DisconnectKey(11); n != 1 {
+	if n := e.hub.DisconnectKey(11, coinpulse.Errorf(coinpulse.CodeInvalidAPIKey, "The API key was revoked."), "api key revoked"); n != 1 {
 		t.Fatalf("DisconnectKey = %d", n)
 	}
 	a.expectError("INVALID_API_KEY")
