@@ -91,11 +91,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return usageError{fmt.Errorf("unknown command %q", cmd)}
 }
 
-// parseFlags parses args into fs after applying COINPULSE_* environment
-// variables (and their _FILE variants) as defaults.
+// parseFlags parses args into fs, then sets each flag the command line
+// left unset from its COINPULSE_* environment variable (or the file its
+// _FILE variant names).
 func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) error {
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "unexpected argument %q\n", fs.Arg(0))
+		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	// The environment fills in the flags the command line left unset: a
+	// flag given wins, even over a variable that would not parse.
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] || envErr != nil {
+			return
+		}
 		name := "COINPULSE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		v := getenv(name)
 		if file := getenv(name + "_FILE"); file != "" && v == "" {
@@ -107,22 +122,12 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) err
 			v = strings.TrimSpace(string(b))
 		}
 		if v != "" {
-			if err := fs.Set(f.Name, v); err != nil && envErr == nil {
+			if err := fs.Set(f.Name, v); err != nil {
 				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
 			}
 		}
 	})
-	if envErr != nil {
-		return envErr
-	}
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "unexpected argument %q\n", fs.Arg(0))
-		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
-	}
-	return nil
+	return envErr
 }
 
 // defaultDataDir is where the SQLite file lives unless --db says otherwise.

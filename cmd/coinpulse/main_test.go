@@ -102,6 +102,12 @@ func TestOperatorCLI(t *testing.T) {
 	os.WriteFile(f, []byte(db+"\n"), 0o600)
 	mustCLI(t, map[string]string{"COINPULSE_DB_FILE": f}, "keys", "list", "--email", "ann@example.com")
 	mustCLI(t, map[string]string{"COINPULSE_DB": "sqlite:/nonexistent/dir/x.db"}, "keys", "list", "--email", "ann@example.com", "--db", db)
+	// Even over a variable that would not do: a _FILE that does not exist.
+	mustCLI(t, map[string]string{"COINPULSE_DB_FILE": "/nonexistent/db-url"}, "keys", "list", "--email", "ann@example.com", "--db", db)
+	if _, _, err := cli(t, map[string]string{"COINPULSE_DB_FILE": "/nonexistent/db-url"}, "keys", "list", "--email", "ann@example.com"); err == nil ||
+		!strings.Contains(err.Error(), "COINPULSE_DB_FILE") {
+		t.Errorf("an unreadable COINPULSE_DB_FILE with no --db: %v, want an error naming it", err)
+	}
 }
 
 // syncBuffer is a bytes.Buffer safe for the server goroutine to write
