@@ -86,6 +86,30 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
+	case "users", "keys":
+		// A group without its subcommand: its lines of the usage, and a
+		// usage error unless help was asked for.
+		w := stderr
+		if len(rest) > 0 && (rest[0] == "-h" || rest[0] == "-help" || rest[0] == "--help") {
+			w = stdout
+		}
+		fmt.Fprintf(w, "coinpulse %s <subcommand> [flags]:\n", cmd)
+		in := false // within the group's lines, continuations included
+		for _, line := range strings.Split(usage, "\n") {
+			if strings.HasPrefix(line, "  ") && !strings.HasPrefix(line, "   ") {
+				in = strings.HasPrefix(line, "  "+cmd+" ")
+			} else if !strings.HasPrefix(line, "   ") {
+				in = false
+			}
+			if in {
+				fmt.Fprintln(w, line)
+			}
+		}
+		fmt.Fprintf(w, "Run \"coinpulse %s <subcommand> -h\" for its flags.\n", cmd)
+		if w == stdout {
+			return nil
+		}
+		return usageError{fmt.Errorf("%s: a subcommand is required", cmd)}
 	}
 	fmt.Fprintf(stderr, "coinpulse: unknown command %q\n\n%s", cmd, usage)
 	return usageError{fmt.Errorf("unknown command %q", cmd)}

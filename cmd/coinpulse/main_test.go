@@ -94,6 +94,13 @@ func TestOperatorCLI(t *testing.T) {
 	if _, _, err := cli(t, nil, "frobnicate"); err == nil {
 		t.Error("an unknown command succeeded")
 	}
+	// A group's help lists its subcommands; the group alone is a usage error.
+	if out, _, err := cli(t, nil, "keys", "--help"); err != nil || !strings.Contains(out, "keys revoke") || !strings.Contains(out, "--permissions") || strings.Contains(out, "users create") {
+		t.Errorf("keys --help: %v\n%s", err, out)
+	}
+	if _, errOut, err := cli(t, nil, "users"); err == nil || !strings.Contains(errOut, "users set-tier") {
+		t.Errorf("users alone: %v\n%s", err, errOut)
+	}
 	mustCLI(t, env, "migrate")
 
 	// A flag's _FILE variant is read, and a flag on the command line wins
