@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"coinpulse"
+	"coinpulse/internal/dashboard"
 	"coinpulse/internal/password"
 )
 
@@ -64,16 +66,18 @@ func runUsersCreate(ctx context.Context, args []string, getenv func(string) stri
 	if err := a.parse(args, getenv); err != nil {
 		return err
 	}
-	t, err := coinpulse.ParseTier(*tier)
-	if err != nil {
-		return err
-	}
-	exp, err := parseExpiry(*expires)
+	t, exp, err := tierAndExpiry(*tier, *expires)
 	if err != nil {
 		return err
 	}
 	u := &coinpulse.User{Email: strings.TrimSpace(*a.email), Tier: t, TierExpiresAt: exp}
+	if !dashboard.ValidEmail(u.Email) {
+		return fmt.Errorf("--email %q: not an e-mail address such as name@example.com", u.Email)
+	}
 	if *pw != "" {
+		if msg := dashboard.PasswordProblem(*pw); msg != "" {
+			return fmt.Errorf("--password: %s", msg)
+		}
 		if u.PasswordHash, err = password.Hash(*pw); err != nil {
 			return err
 		}
@@ -90,6 +94,22 @@ func runUsersCreate(ctx context.Context, args []string, getenv func(string) stri
 	return nil
 }
 
+// tierAndExpiry parses --tier and --expires; only a paid tier expires.
+func tierAndExpiry(tier, expires string) (coinpulse.Tier, *time.Time, error) {
+	t, err := coinpulse.ParseTier(tier)
+	if err != nil {
+		return "", nil, err
+	}
+	exp, err := parseExpiry(expires)
+	if err != nil {
+		return "", nil, err
+	}
+	if exp != nil && t == coinpulse.TierFree {
+		return "", nil, errors.New("--expires: the free tier does not expire; give a paid --tier, or no --expires")
+	}
+	return t, exp, nil
+}
+
 func runUsersSetTier(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	a := newAdminFlags("users set-tier", stderr)
 	tier := a.fs.String("tier", "", "tier: free, premium, pro, enterprise or business (required)")
@@ -97,11 +117,10 @@ func runUsersSetTier(ctx context.Context, args []string, getenv func(string) str
 	if err := a.parse(args, getenv); err != nil {
 		return err
 	}
-	t, err := coinpulse.ParseTier(*tier)
-	if err != nil {
-		return err
+	if *tier == "" {
+		return errors.New("--tier is required: free, premium, pro, enterprise or business")
 	}
-	exp, err := parseExpiry(*expires)
+	t, exp, err := tierAndExpiry(*tier, *expires)
 	if err != nil {
 		return err
 	}

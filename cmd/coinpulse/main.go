@@ -32,7 +32,12 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		var u usageError
-		if !errors.As(err, &u) {
+		var ce *coinpulse.Error
+		switch {
+		case errors.As(err, &u):
+		case errors.As(err, &ce) && ce.Code.Status() < 500:
+			fmt.Fprintln(os.Stderr, "coinpulse:", ce.Message) // the operator's mistake: no internals
+		default:
 			fmt.Fprintln(os.Stderr, "coinpulse:", err)
 		}
 		os.Exit(2)

@@ -46,7 +46,7 @@ var keyLine = regexp.MustCompile(`^sk_(live|test)_[0-9A-Za-z]{38}\n$`)
 func TestOperatorCLI(t *testing.T) {
 	db := "sqlite:" + filepath.Join(t.TempDir(), "cp.db")
 	env := map[string]string{"COINPULSE_DB": db}
-	mustCLI(t, env, "users", "create", "--email", "Ann@Example.com", "--tier", "premium", "--expires", "2099-01-01T00:00:00Z", "--password", "hunter22")
+	mustCLI(t, env, "users", "create", "--email", "Ann@Example.com", "--tier", "premium", "--expires", "2099-01-01T00:00:00Z", "--password", "hunter2222")
 	if _, _, err := cli(t, env, "users", "create", "--email", "ann@example.com"); coinpulse.ErrorCode(err) != coinpulse.CodeConflict {
 		t.Errorf("duplicate e-mail in another case: %v, want CONFLICT", err)
 	}
@@ -55,6 +55,18 @@ func TestOperatorCLI(t *testing.T) {
 	}
 	if _, _, err := cli(t, env, "users", "create"); err == nil {
 		t.Error("users create without --email succeeded")
+	}
+	// The sign-up's rules, and only a paid tier expires.
+	for _, args := range [][]string{
+		{"users", "create", "--email", "carl@example.com", "--password", "short"},
+		{"users", "create", "--email", "not-an-address"},
+		{"users", "create", "--email", "dora@example.com", "--tier", "free", "--expires", "2099-01-01T00:00:00Z"},
+		{"users", "set-tier", "--email", "ann@example.com", "--tier", "free", "--expires", "2099-01-01T00:00:00Z"},
+		{"users", "set-tier", "--email", "ann@example.com"},
+	} {
+		if _, _, err := cli(t, env, args...); err == nil {
+			t.Errorf("%s: accepted", strings.Join(args, " "))
+		}
 	}
 
 	key := mustCLI(t, env, "keys", "create", "--email", "ann@example.com", "--name", "ci", "--permissions", "read")

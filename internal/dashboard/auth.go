@@ -68,13 +68,26 @@ func throttleMessage(th *coinpulse.Throttle, max int, now time.Time) string {
 func emailKey(email string) string { return "email:" + strings.ToLower(email) }
 func ipKey(r *http.Request) string { return "ip:" + clientIP(r) }
 
-// validEmail reports whether s is a bare address with a domain.
-func validEmail(s string) bool {
+// ValidEmail reports whether s is a bare address with a domain, as a
+// sign-up needs (the operator CLI applies it too).
+func ValidEmail(s string) bool {
 	if len(s) > 254 || strings.ContainsAny(s, " <>\"") {
 		return false
 	}
 	a, err := mail.ParseAddress(s)
 	return err == nil && a.Address == s && strings.Contains(s[strings.LastIndexByte(s, '@'):], ".")
+}
+
+// PasswordProblem says why a sign-up would refuse pw, "" when it would
+// not (the operator CLI applies it too).
+func PasswordProblem(pw string) string {
+	switch {
+	case utf8.RuneCountInString(pw) < MinPasswordLen:
+		return fmt.Sprintf("Choose a password of at least %d characters.", MinPasswordLen)
+	case len(pw) > maxPasswordLen:
+		return fmt.Sprintf("Choose a password of at most %d bytes.", maxPasswordLen)
+	}
+	return ""
 }
 
 func (d *Dashboard) signup(w http.ResponseWriter, r *http.Request) {
@@ -95,15 +108,12 @@ func (d *Dashboard) signup(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusTooManyRequests, msg)
 		return
 	}
-	switch n := utf8.RuneCountInString(pw); {
-	case !validEmail(email):
+	if !ValidEmail(email) {
 		fail(http.StatusUnprocessableEntity, "Enter an e-mail address such as name@example.com.")
 		return
-	case n < MinPasswordLen:
-		fail(http.StatusUnprocessableEntity, fmt.Sprintf("Choose a password of at least %d characters.", MinPasswordLen))
-		return
-	case len(pw) > maxPasswordLen:
-		fail(http.StatusUnprocessableEntity, fmt.Sprintf("Choose a password of at most %d bytes.", maxPasswordLen))
+	}
+	if msg := PasswordProblem(pw); msg != "" {
+		fail(http.StatusUnprocessableEntity, msg)
 		return
 	}
 	hash, err := password.Hash(pw)
