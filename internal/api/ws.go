@@ -151,7 +151,7 @@ func (s *Server) recheck(ctx context.Context, ps []stream.Principal) {
 		until, err := s.streamStanding(ctx, p, now)
 		var cause *coinpulse.Error
 		switch {
-		case errors.As(err, &cause):
+		case errors.As(err, &cause) && cause.Code.Status() < 500: // 401, 403: not a store failure
 			reason := map[coinpulse.Code]string{coinpulse.CodeExpiredSubscription: "subscription expired", coinpulse.CodePermissionDenied: "plan excludes streams"}[cause.Code]
 			if reason == "" {
 				reason = "api key revoked"
