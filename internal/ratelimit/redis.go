@@ -284,11 +284,15 @@ func (r *Redis) check(ctx context.Context, account string, l coinpulse.Limits, c
 // moment, and only if the key vanished meanwhile.
 const seedReuse = time.Second
 
+// seedTimeout bounds a seed's database reads, beyond the settle wait.
+const seedTimeout = 10 * time.Second
+
 // seedMonth calls Seed for account's month, sharing the call with the
 // other calls of this process that want the same seed meanwhile (or just
-// before, see seedReuse). A waiter
-// whose seeder failed (perhaps because the seeder's context ended) tries
-// once itself.
+// before, see seedReuse). The seed runs apart from the context of the call
+// that started it: a client hanging up must not end the seed every other
+// call waits for, nor let them seed without the settle wait. A waiter
+// whose seeder failed seeds again itself, the same way.
 func (r *Redis) seedMonth(ctx context.Context, account string, start time.Time) (int64, error) {
 	if r.seed == nil {
 		return 0, nil
@@ -305,7 +309,10 @@ func (r *Redis) seedMonth(ctx context.Context, account string, start time.Time) 
 		if c.err == nil {
 			return c.n, nil
 		}
-		return r.seed(ctx, account, start)
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		return r.seedMonth(ctx, account, start)
 	}
 	c := &redisSeed{done: make(chan struct{})}
 	r.seeding[key] = c
@@ -327,17 +334,13 @@ func (r *Redis) seedMonth(ctx context.Context, account string, start time.Time) 
 		}
 		close(c.done)
 	}()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.settle+seedTimeout)
+	defer cancel()
 	c.err = errSeedPanicked // until Seed returns
-	c.n, c.err = r.seed(ctx, account, start)
+	c.n, c.err = r.seed(sctx, account, start)
 	if c.err == nil && c.n > 0 && r.settle > 0 {
-		t := time.NewTimer(r.settle)
-		select {
-		case <-t.C:
-			c.n, c.err = r.seed(ctx, account, start)
-		case <-ctx.Done():
-			t.Stop()
-			c.err = ctx.Err()
-		}
+		time.Sleep(r.settle)
+		c.n, c.err = r.seed(sctx, account, start)
 	}
 	return c.n, c.err
 }

@@ -207,6 +207,45 @@ func TestRedisSettlesAMonthUnderWay(t *testing.T) {
 		t.Errorf("busy: seed read at %v, want twice, %v apart", r, settle)
 	}
 
+	// The call that started the seed hangs up during the wait: the others
+	// still get the count read after it, not one read at once.
+	var firstRead time.Time
+	lagging := func(_ context.Context, account string, m time.Time) (int64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstRead.IsZero() {
+			firstRead = time.Now()
+		}
+		if time.Since(firstRead) < settle {
+			return 5, nil // the meters have not written the last two calls yet
+		}
+		return 7, nil
+	}
+	lim2 := NewRedis(c, lagging, WithPrefix(prefix+"h:"), WithSettle(settle))
+	hangup, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	var hung sync.WaitGroup
+	hung.Go(func() { lim2.Allow(hangup, "hangup", limits) }) // starts the seed, then its client goes
+	time.Sleep(30 * time.Millisecond)
+	waiting := make(chan int64, 2)
+	for range 2 { // these wait for that seed
+		hung.Go(func() {
+			v, err := lim2.Allow(context.Background(), "hangup", limits)
+			if err != nil || !v.Allowed {
+				t.Errorf("after the hang-up: %+v, %v", v, err)
+				return
+			}
+			waiting <- v.Windows[2].Limit - v.Windows[2].Remaining
+		})
+	}
+	hung.Wait()
+	close(waiting)
+	for n := range waiting {
+		if n < 8 {
+			t.Errorf("a call waiting on a seed whose starter hung up: month count %d, want 8 or more (seeded with the count read after the wait, 7)", n)
+		}
+	}
+
 	// A new month's first call is not held.
 	start = time.Now()
 	if v, err := lim.Allow(context.Background(), "new", limits); err != nil || !v.Allowed || v.Windows[2].Remaining != 9 {
