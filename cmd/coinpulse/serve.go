@@ -359,6 +359,7 @@ func newLimiter(ctx context.Context, cfg serveConfig, store coinpulse.Store, log
 	if err != nil {
 		return nil, nil, fmt.Errorf("--redis: %w", err)
 	}
+	opts.MaxRetries = -1 // a script retried after a lost reply would count its calls twice
 	client := redis.NewClient(opts)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

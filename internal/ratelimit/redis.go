@@ -161,7 +161,9 @@ func withClock(clock coinpulse.Clock) Option {
 // NewRedis returns a limiter keeping its state in the Redis server (or
 // cluster) behind client, seeding each account's month from seed (nil:
 // from 0). A *redis.Client, *redis.ClusterClient or any
-// redis.UniversalClient will do.
+// redis.UniversalClient will do, made with MaxRetries -1: a client that
+// retries a script whose reply it lost runs it twice, and counts the
+// calls of that run twice (serve's client is made so).
 func NewRedis(client Client, seed Seed, opts ...Option) *Redis {
 	r := &Redis{client: client, seed: seed, prefix: DefaultPrefix, nodeClock: time.Now,
 		seeding: make(map[string]*redisSeed), calls: make(chan *scriptCall, pipelines*maxBatch),
@@ -396,6 +398,9 @@ func (r *Redis) Refund(ctx context.Context, account string, l coinpulse.Limits, 
 	start, _ := monthBounds(at)
 	sec := newRate(int64(l.PerSecond), secondNS, unit)
 	minute := newRate(int64(l.PerMinute), minuteNS, unit)
+	// Bounded like a check's round trip: the failed call's answer waits.
+	ctx, cancel := context.WithTimeout(ctx, pipelineTimeout)
+	defer cancel()
 	if err := refundScript.Run(ctx, r.client, r.keys(account, start).keys, nowArg,
 		sec.t/unit, slotEnd(sec, a.Second), minute.t/unit, slotEnd(minute, a.Minute)).Err(); err != nil {
 		return fmt.Errorf("ratelimit: redis refund: %w", err)

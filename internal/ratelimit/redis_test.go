@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,6 +39,7 @@ func newTestClient(t testing.TB) *redis.Client {
 	if err != nil {
 		t.Fatalf("%s: %v", RedisEnv, err)
 	}
+	opt.MaxRetries = -1 // as serve's: see NewRedis
 	c := redis.NewClient(opt)
 	ctx := context.Background()
 	if err := c.Ping(ctx).Err(); err != nil {
@@ -256,6 +259,111 @@ func TestRedisSettlesAMonthUnderWay(t *testing.T) {
 	}
 	if n := len(reads["new"]); n != 1 {
 		t.Errorf("new: seed read %d times, want once", n)
+	}
+}
+
+// lossyProxy forwards TCP to Redis; once drop is set, it lets the next
+// command through, swallows Redis's reply and closes the connection: a
+// reply lost on the network after Redis ran the command.
+type lossyProxy struct {
+	ln   net.Listener
+	drop atomic.Bool
+}
+
+func newLossyProxy(t *testing.T, target string) *lossyProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &lossyProxy{ln: ln}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			server, err := net.Dial("tcp", target)
+			if err != nil {
+				client.Close()
+				continue
+			}
+			go func() { io.Copy(server, client); server.Close() }()
+			go func() {
+				defer client.Close()
+				defer server.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := server.Read(buf)
+					if err != nil {
+						return
+					}
+					if p.drop.CompareAndSwap(true, false) {
+						return // the reply read, never delivered
+					}
+					if _, err := client.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return p
+}
+
+// A reply lost after Redis ran the script fails the check (a 503 for the
+// call) rather than running the script again: a retry would count the
+// call twice (the client's MaxRetries -1, see NewRedis).
+func TestRedisLostReplyIsNotRetried(t *testing.T) {
+	opt, err := redis.ParseURL(RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newLossyProxy(t, opt.Addr)
+	opt.Addr, opt.MaxRetries = proxy.ln.Addr().String(), -1
+	c := redis.NewClient(opt)
+	defer c.Close()
+	newTestClient(t) // deletes the prefix's keys at the end
+	lim := NewRedis(c, nil, WithPrefix(testPrefix(t)))
+	defer lim.Close()
+	limits := coinpulse.Limits{PerSecond: 1000, PerMinute: 10000, Monthly: 100}
+	if v, err := lim.Allow(context.Background(), "a", limits); err != nil || !v.Allowed {
+		t.Fatalf("first call: %+v, %v", v, err)
+	}
+	proxy.drop.Store(true)
+	if _, err := lim.Allow(context.Background(), "a", limits); err == nil {
+		t.Error("the call whose reply was lost was answered")
+	}
+	v, err := lim.Peek(context.Background(), "a", limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used := v.Windows[2].Limit - v.Windows[2].Remaining; used != 2 {
+		t.Errorf("month count %d after two calls, the second's reply lost; want 2 (3: the script ran again)", used)
+	}
+	// The same for a refund: given back once, not twice. (A first refund
+	// loads its script, so that the lost reply is the script's.)
+	var adm [2]coinpulse.Admission
+	for i := range adm {
+		v, err := lim.Allow(context.Background(), "a", limits)
+		if err != nil || !v.Allowed {
+			t.Fatalf("call %d: %+v, %v", i+3, v, err)
+		}
+		adm[i] = v.Admission()
+	}
+	if err := lim.Refund(context.Background(), "a", limits, adm[0]); err != nil {
+		t.Fatal(err)
+	}
+	v = coinpulse.Verdict{}
+	proxy.drop.Store(true)
+	if err := lim.Refund(context.Background(), "a", limits, adm[1]); err == nil {
+		t.Error("the refund whose reply was lost succeeded")
+	}
+	if v, err = lim.Peek(context.Background(), "a", limits); err != nil {
+		t.Fatal(err)
+	}
+	if used := v.Windows[2].Limit - v.Windows[2].Remaining; used != 2 {
+		t.Errorf("month count %d after two more calls given back, the second refund's reply lost; want 2 (1: refunded twice)", used)
 	}
 }
 
