@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -85,7 +86,10 @@ type scriptCall struct {
 	mode   any // argCommit or argPeek
 	seed   string
 	params params
-	done   chan scriptReply // buffered: the pipeline never waits on it
+	// deadline is when the check is given up: pipelineTimeout after it
+	// was queued, however long it waited behind another trip.
+	deadline time.Time
+	done     chan scriptReply // buffered: the pipeline never waits on it
 }
 
 // callPool recycles scriptCalls, with their reply channels: a check
@@ -432,6 +436,7 @@ func (r *Redis) run(ctx context.Context, c *scriptCall, account string) ([]int64
 	if r.cluster {
 		c.group += "/" + account
 	}
+	c.deadline = time.Now().Add(pipelineTimeout)
 	r.senders.Add(1)
 	if r.isClosed.Load() {
 		r.senders.Add(-1)
@@ -492,14 +497,36 @@ func (r *Redis) pipeline() {
 	}
 }
 
-// pipelineTimeout bounds one pipeline's round trip.
+// pipelineTimeout bounds how long a check waits for its reply, from when
+// it is queued: a trip carries the checks that can still make it, and
+// ends by the earliest of their deadlines.
 const pipelineTimeout = 5 * time.Second
+
+// errCheckTimeout answers a check whose deadline passed before its trip.
+var errCheckTimeout = errors.New("ratelimit: redis: no reply within 5 s")
 
 // send runs batch's checks in one pipeline, a script run per group, and
 // hands each check its reply. The script goes by SHA; if the server does
 // not know it (a restart, a SCRIPT FLUSH), it is loaded and the refused
 // runs are sent again.
 func (r *Redis) send(batch []*scriptCall) {
+	// Checks that waited out their time behind a stalled trip are answered
+	// without being sent (so never counted); the rest bound the trip.
+	now, deadline, live := time.Now(), time.Time{}, batch[:0]
+	for _, c := range batch {
+		switch {
+		case !now.Before(c.deadline):
+			c.done <- scriptReply{err: errCheckTimeout}
+		default:
+			if deadline.IsZero() || c.deadline.Before(deadline) {
+				deadline = c.deadline
+			}
+			live = append(live, c)
+		}
+	}
+	if batch = live; len(batch) == 0 {
+		return
+	}
 	// The groups, in order of their first check.
 	var groups [][]*scriptCall
 	if allOneGroup(batch) {
@@ -517,7 +544,7 @@ func (r *Redis) send(batch []*scriptCall) {
 		}
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), pipelineTimeout)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	cmds := make([]*redis.IntSliceCmd, len(groups))
 	exec := func(which []int) {

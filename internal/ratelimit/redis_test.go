@@ -367,6 +367,34 @@ func TestRedisLostReplyIsNotRetried(t *testing.T) {
 	}
 }
 
+// A check whose time ran out while it waited behind a stalled trip is
+// answered at once, and not sent: it is not counted.
+func TestRedisExpiredCheckIsNotSent(t *testing.T) {
+	c := newTestClient(t)
+	lim := NewRedis(c, nil, WithPrefix(testPrefix(t)))
+	defer lim.Close()
+	limits := coinpulse.Limits{PerSecond: 1000, PerMinute: 10000, Monthly: 100}
+	if _, err := lim.Allow(context.Background(), "a", limits); err != nil {
+		t.Fatal(err)
+	}
+	start, end := monthBounds(time.Now())
+	sec, minute := newRate(1000, secondNS, int64(time.Microsecond)), newRate(10000, minuteNS, int64(time.Microsecond))
+	late := &scriptCall{group: "", keys: lim.keys("a", start), mode: argCommit, done: make(chan scriptReply, 1),
+		params:   params{start.UnixMicro(), end.UnixMicro(), sec.t / 1000, sec.tau / 1000, minute.t / 1000, minute.tau / 1000, 100},
+		deadline: time.Now().Add(-time.Millisecond)}
+	lim.send([]*scriptCall{late})
+	if rep := <-late.done; !errors.Is(rep.err, errCheckTimeout) {
+		t.Errorf("an expired check: %v, want errCheckTimeout", rep.err)
+	}
+	v, err := lim.Peek(context.Background(), "a", limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used := v.Windows[2].Limit - v.Windows[2].Remaining; used != 1 {
+		t.Errorf("month count %d, want 1: the expired check was sent", used)
+	}
+}
+
 // The Redis store with real time: a burst, a refusal, and the refill.
 func TestRedisServerTime(t *testing.T) {
 	lim := NewRedis(newTestClient(t), nil, WithPrefix(testPrefix(t)))
