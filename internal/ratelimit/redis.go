@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -298,8 +299,12 @@ const seedTimeout = 10 * time.Second
 // before, see seedReuse). The seed runs apart from the context of the call
 // that started it: a client hanging up must not end the seed every other
 // call waits for, nor let them seed without the settle wait. A waiter
-// whose seeder failed seeds again itself, the same way.
+// whose seeder failed seeds again itself, the same way, once.
 func (r *Redis) seedMonth(ctx context.Context, account string, start time.Time) (int64, error) {
+	return r.seedMonthTry(ctx, account, start, true)
+}
+
+func (r *Redis) seedMonthTry(ctx context.Context, account string, start time.Time, retry bool) (int64, error) {
 	if r.seed == nil {
 		return 0, nil
 	}
@@ -315,10 +320,10 @@ func (r *Redis) seedMonth(ctx context.Context, account string, start time.Time) 
 		if c.err == nil {
 			return c.n, nil
 		}
-		if err := ctx.Err(); err != nil {
-			return 0, err
+		if err := ctx.Err(); err != nil || !retry {
+			return 0, cmp.Or(err, c.err)
 		}
-		return r.seedMonth(ctx, account, start)
+		return r.seedMonthTry(ctx, account, start, false)
 	}
 	c := &redisSeed{done: make(chan struct{})}
 	r.seeding[key] = c
