@@ -138,6 +138,21 @@ func (c *wsClient) quiet(what string) {
 	}
 }
 
+// closedFor reads an error message with code, then a close 1008 with
+// reason, as a stream that stops passing its checks gets; it returns the
+// error message.
+func (c *wsClient) closedFor(what string, code coinpulse.Code, reason string) map[string]any {
+	c.t.Helper()
+	e := c.expect("error")
+	if e["code"] != string(code) {
+		c.t.Errorf("%s: %v, want %s", what, e, code)
+	}
+	if ce := c.closed(); ce.Code != websocket.StatusPolicyViolation || ce.Reason != reason {
+		c.t.Errorf("%s: closed with %d %q, want 1008 %q", what, ce.Code, ce.Reason, reason)
+	}
+	return e
+}
+
 // closed reads until the server closes, and returns the close error.
 func (c *wsClient) closed() websocket.CloseError {
 	c.t.Helper()
@@ -500,12 +515,7 @@ func TestWSClosedOnRevocation(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []*wsClient{byHeader, byMessage} {
-		if e := c.expect("error"); e["code"] != string(coinpulse.CodeInvalidAPIKey) {
-			t.Errorf("after revocation: %v", e)
-		}
-		if ce := c.closed(); ce.Code != websocket.StatusPolicyViolation || ce.Reason != "api key revoked" {
-			t.Errorf("closed with %d %q, want 1008 \"api key revoked\"", ce.Code, ce.Reason)
-		}
+		c.closedFor("after revocation", coinpulse.CodeInvalidAPIKey, "api key revoked")
 	}
 	other.quiet("another key of the same account")
 	bobs.quiet("another account")
@@ -513,12 +523,7 @@ func TestWSClosedOnRevocation(t *testing.T) {
 	if err := env.store.SetUserTier(env.ctx, bob.ID, coinpulse.TierFree, nil); err != nil {
 		t.Fatal(err)
 	}
-	if e := bobs.expect("error"); e["code"] != string(coinpulse.CodePermissionDenied) {
-		t.Errorf("after the downgrade: %v, want PERMISSION_DENIED (the key is still good)", e)
-	}
-	if ce := bobs.closed(); ce.Code != websocket.StatusPolicyViolation || ce.Reason != "plan excludes streams" {
-		t.Errorf("after the downgrade: closed with %d %q, want 1008 \"plan excludes streams\"", ce.Code, ce.Reason)
-	}
+	bobs.closedFor("after the downgrade (the key is still good)", coinpulse.CodePermissionDenied, "plan excludes streams")
 	other.quiet("after another account's downgrade")
 }
 
@@ -533,12 +538,7 @@ func TestSetPlansClosesStreams(t *testing.T) {
 	pro.expect("welcome")
 	ent.expect("welcome")
 	env.srv.SetPlans(env.ctx, plansWith(coinpulse.TierPro, func(p *coinpulse.Plan) { p.Webhooks = false }))
-	if e := pro.expect("error"); e["code"] != string(coinpulse.CodePermissionDenied) {
-		t.Errorf("after the plans changed: %v, want PERMISSION_DENIED", e)
-	}
-	if ce := pro.closed(); ce.Code != websocket.StatusPolicyViolation || ce.Reason != "plan excludes streams" {
-		t.Errorf("after the plans changed: closed with %d %q, want 1008 \"plan excludes streams\"", ce.Code, ce.Reason)
-	}
+	pro.closedFor("after the plans changed", coinpulse.CodePermissionDenied, "plan excludes streams")
 	ent.quiet("a tier the new plans leave its streams")
 }
 
@@ -576,21 +576,13 @@ func TestWSClosedWhenItLapses(t *testing.T) {
 	}
 
 	clock.Advance(time.Hour)
-	if e := sub.expect("error"); e["code"] != string(coinpulse.CodeExpiredSubscription) {
-		t.Errorf("after the subscription's expiry: %v, want EXPIRED_SUBSCRIPTION", e)
-	}
-	if ce := sub.closed(); ce.Code != websocket.StatusPolicyViolation || ce.Reason != "subscription expired" {
-		t.Errorf("after the subscription's expiry: closed with %d %q, want 1008 \"subscription expired\"", ce.Code, ce.Reason)
-	}
+	sub.closedFor("after the subscription's expiry", coinpulse.CodeExpiredSubscription, "subscription expired")
 	kept.quiet("a renewed subscription")
 	key.quiet("a key that expires later")
 
 	clock.Advance(time.Hour)
-	if e := key.expect("error"); e["code"] != string(coinpulse.CodeInvalidAPIKey) || e["message"] != keyExpired {
-		t.Errorf("after the key's expiry: %v, want INVALID_API_KEY %q", e, keyExpired)
-	}
-	if ce := key.closed(); ce.Code != websocket.StatusPolicyViolation || ce.Reason != "api key expired" {
-		t.Errorf("after the key's expiry: closed with %d %q, want 1008 \"api key expired\"", ce.Code, ce.Reason)
+	if e := key.closedFor("after the key's expiry", coinpulse.CodeInvalidAPIKey, "api key expired"); e["message"] != keyExpired {
+		t.Errorf("after the key's expiry: message %q, want %q", e["message"], keyExpired)
 	}
 	kept.quiet("a renewed subscription, later")
 }
