@@ -141,10 +141,10 @@ func setNoAccessHeaders(h http.Header, v *coinpulse.Verdict, now time.Time) {
 	var b strings.Builder
 	for _, x := range v.Windows {
 		if x.Limit > 0 && x.Window != coinpulse.WindowMonth {
-			b.WriteString(`"` + string(x.Window) + `";q=` + strconv.FormatInt(x.Limit, 10) + ";w=" + strconv.FormatInt(windowSeconds(x.Window, now), 10) + ", ")
+			writePolicy(&b, x.Window, x.Limit, now)
 		}
 	}
-	b.WriteString(`"month";q=0;w=` + strconv.FormatInt(windowSeconds(coinpulse.WindowMonth, now), 10))
+	writePolicy(&b, coinpulse.WindowMonth, 0, now)
 	h["Ratelimit-Policy"] = []string{b.String()}
 }
 
@@ -256,17 +256,22 @@ func policyValue(v *coinpulse.Verdict, now time.Time) []string {
 	}
 	var b strings.Builder
 	for _, x := range v.Windows {
-		if x.Limit <= 0 {
-			continue
+		if x.Limit > 0 {
+			writePolicy(&b, x.Window, x.Limit, now)
 		}
-		if b.Len() > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(`"` + string(x.Window) + `";q=` + strconv.FormatInt(x.Limit, 10) + ";w=" + strconv.FormatInt(windowSeconds(x.Window, now), 10))
 	}
 	p := []string{b.String()}
 	policies.Store(k, p)
 	return p
+}
+
+// writePolicy appends window w with allowance q to a RateLimit-Policy
+// value: "<window>";q=<allowance>;w=<seconds>, comma-separated.
+func writePolicy(b *strings.Builder, w coinpulse.Window, q int64, now time.Time) {
+	if b.Len() > 0 {
+		b.WriteString(", ")
+	}
+	b.WriteString(`"` + string(w) + `";q=` + strconv.FormatInt(q, 10) + ";w=" + strconv.FormatInt(windowSeconds(w, now), 10))
 }
 
 // The failures a sandbox key may ask for with X-Sandbox-Simulate.
