@@ -355,14 +355,10 @@ func newLimiter(ctx context.Context, cfg serveConfig, store coinpulse.Store, log
 		log.Info("rate limits in process (one node); use --redis to share them between nodes")
 		return ratelimit.NewMemory(time.Now, seed), func() {}, nil
 	}
-	opts, err := redis.ParseURL(cfg.redis)
+	opts, err := ratelimit.ClientOptions(cfg.redis)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--redis: %w", err)
 	}
-	opts.MaxRetries = -1 // a script retried after a lost reply would count its calls twice
-	// Reads and writes end at the check's deadline (5 s from when it was
-	// queued), not at the client's own socket timeouts.
-	opts.ContextTimeoutEnabled = true
 	client := redis.NewClient(opts)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

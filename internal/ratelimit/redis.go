@@ -163,12 +163,25 @@ func withClock(clock coinpulse.Clock) Option {
 	return func(r *Redis) { r.clock, r.ttlPad = clock, time.Hour }
 }
 
+// ClientOptions parses a redis:// URL into the options of a client fit
+// for NewRedis: it never retries a command (a script retried after its
+// reply was lost would run twice and count its calls twice), and its
+// reads and writes end at a check's deadline rather than at the client's
+// own socket timeouts.
+func ClientOptions(url string) (*redis.Options, error) {
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	opts.MaxRetries = -1
+	opts.ContextTimeoutEnabled = true
+	return opts, nil
+}
+
 // NewRedis returns a limiter keeping its state in the Redis server (or
 // cluster) behind client, seeding each account's month from seed (nil:
 // from 0). A *redis.Client, *redis.ClusterClient or any
-// redis.UniversalClient will do, made with MaxRetries -1: a client that
-// retries a script whose reply it lost runs it twice, and counts the
-// calls of that run twice (serve's client is made so).
+// redis.UniversalClient will do, with the settings of ClientOptions.
 func NewRedis(client Client, seed Seed, opts ...Option) *Redis {
 	r := &Redis{client: client, seed: seed, prefix: DefaultPrefix, nodeClock: time.Now,
 		seeding: make(map[string]*redisSeed), calls: make(chan *scriptCall, pipelines*maxBatch),

@@ -35,11 +35,10 @@ func testPrefix(t testing.TB) string {
 // when the test ends; it skips the test when the variable is unset.
 func newTestClient(t testing.TB) *redis.Client {
 	t.Helper()
-	opt, err := redis.ParseURL(RedisURL(t))
+	opt, err := ClientOptions(RedisURL(t))
 	if err != nil {
 		t.Fatalf("%s: %v", RedisEnv, err)
 	}
-	opt.MaxRetries = -1 // as serve's: see NewRedis
 	c := redis.NewClient(opt)
 	ctx := context.Background()
 	if err := c.Ping(ctx).Err(); err != nil {
@@ -313,14 +312,14 @@ func newLossyProxy(t *testing.T, target string) *lossyProxy {
 
 // A reply lost after Redis ran the script fails the check (a 503 for the
 // call) rather than running the script again: a retry would count the
-// call twice (the client's MaxRetries -1, see NewRedis).
+// call twice (ClientOptions' MaxRetries -1).
 func TestRedisLostReplyIsNotRetried(t *testing.T) {
-	opt, err := redis.ParseURL(RedisURL(t))
+	opt, err := ClientOptions(RedisURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	proxy := newLossyProxy(t, opt.Addr)
-	opt.Addr, opt.MaxRetries = proxy.ln.Addr().String(), -1
+	opt.Addr = proxy.ln.Addr().String()
 	c := redis.NewClient(opt)
 	defer c.Close()
 	newTestClient(t) // deletes the prefix's keys at the end
