@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -301,6 +303,21 @@ func testServeEndToEnd(t *testing.T, db string, extra ...string) {
 		if status, body := s.get(t, "/api/v1/markets?per_page=5", k); status != 200 || len(body["data"].([]any)) != 5 {
 			t.Fatalf("markets with a demo key: %d %v", status, body)
 		}
+	}
+	// OPTIONS * reaches the API (its JSON 404), not net/http's bare 200.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprint(conn, "OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	conn.Close()
+	if res.StatusCode != 404 || !strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") || res.Header.Get("X-Request-Id") == "" {
+		t.Errorf("OPTIONS *: %d, Content-Type %q", res.StatusCode, res.Header.Get("Content-Type"))
 	}
 	if status, body := s.get(t, "/v1/coins/btc/history?days=90&interval=hourly", keys["live"]); status != 200 || len(body["data"].(map[string]any)["points"].([]any)) < 90*24 {
 		t.Fatalf("hourly history: %d", status)
