@@ -3,13 +3,16 @@
 # GET /api/v1/markets/global with limits and metering on (in-process
 # limiter, then the Redis limiter) against the same server with them off,
 # plus a check that metering wrote every call, and the limiter's Go
-# micro-benchmark.
+# micro-benchmark. A fourth configuration, "headers", is limits off in a
+# build with -tags benchheaders: the five rate-limit headers with fixed
+# values and nothing limited or metered, which tells net/http's part of
+# the cost from the limiter's and the meter's.
 #
 #   bash bench/limits.sh                  # from the repo root
 #   DURATION=30s ROUNDS=3 bash bench/limits.sh
 #
 # Environment: DURATION (15s), CONNS (64), THREADS (2), ROUNDS (2: off,
-# memory, redis, off, memory, redis), READY_TIMEOUT and SAVE_TIMEOUT seconds
+# headers, memory, redis, off, headers, memory, redis), READY_TIMEOUT and SAVE_TIMEOUT seconds
 # (120, 120), METER_WAIT seconds (30), LOG_LEVEL (info), BENCH_COUNT (3),
 # REDIS_URL (redis://127.0.0.1:6379/0), REDIS_STOP=1 to shut down a Redis
 # this script started, STRICT=1 to exit 1 when a goal is missed (by default
@@ -35,7 +38,7 @@ STRICT=${STRICT:-0}
 # The goals (issue text): throughput with limits on against limits off.
 GOAL_MEMORY=0.9
 GOAL_REDIS=0.6
-CONFIGS=(off memory redis)
+CONFIGS=(off headers memory redis)
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -100,6 +103,7 @@ REV=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [[ -n $(git status --porcelain -- . ':!bench' 2>/dev/null) ]]; then REV="$REV+local changes"; fi
 log "building coinpulse ($REV)"
 go build -o "$TMP/coinpulse" ./cmd/coinpulse
+go build -tags benchheaders -o "$TMP/coinpulse-headers" ./cmd/coinpulse
 BIN=$TMP/coinpulse
 NCPU=$(nproc)
 
@@ -160,12 +164,12 @@ free_port() {
 }
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 
-# start_server NAME [extra flags...]: launches serve on the data dir in the
-# background and sets SERVER_PID.
+# start_server NAME [extra flags...]: launches serve ($SERVE_BIN, else
+# $BIN) on the data dir in the background and sets SERVER_PID.
 start_server() {
 	local name=$1
 	shift
-	"$BIN" serve --addr "127.0.0.1:$PORT" --data-dir "$DATA" --demo=false --refresh 60s \
+	"${SERVE_BIN:-$BIN}" serve --addr "127.0.0.1:$PORT" --data-dir "$DATA" --demo=false --refresh 60s \
 		--log-level "$LOG_LEVEL" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" &
 	SERVER_PID=$!
 }
@@ -334,10 +338,13 @@ KEY=$("$BIN" keys create --data-dir "$DATA" --email "$EMAIL")
 [[ $KEY == sk_live_* ]] || die "keys create printed no live key: $KEY"
 log "user $EMAIL (tier $TIER) with a live key; plan file $PLANS"
 
-# flags_of CONFIG: sets FLAGS to serve's flags for a configuration.
+# flags_of CONFIG: sets FLAGS to serve's flags for a configuration, and
+# SERVE_BIN to its binary.
 flags_of() {
+	SERVE_BIN=$BIN
 	case $1 in
 	off) FLAGS=(--limits off) ;;
+	headers) FLAGS=(--limits off) SERVE_BIN=$TMP/coinpulse-headers ;;
 	memory) FLAGS=(--limits on --plans "$PLANS") ;;
 	redis) FLAGS=(--limits on --plans "$PLANS" --redis "$REDIS_URL" --redis-prefix "$PREFIX") ;;
 	esac
@@ -346,6 +353,7 @@ flags_of() {
 log_says() {
 	case $1 in
 	off) echo 'rate limits and metering are OFF' ;;
+	headers) echo 'bench build (-tags benchheaders)' ;;
 	memory) echo 'rate limits in process' ;;
 	redis) echo 'rate limits in Redis' ;;
 	esac
@@ -359,7 +367,7 @@ for round in $(seq "$ROUNDS"); do
 		start_server "$name" "${FLAGS[@]}"
 		wait_ready
 		grep -q "$(log_says "$cfg")" "$TMP/$name.err" || die "$name: serve did not log '$(log_says "$cfg")'"
-		if [[ $cfg == off ]]; then
+		if [[ $cfg == off || $cfg == headers ]]; then
 			check_headers "$name"
 			run_wrk "$name"
 		else
@@ -380,8 +388,13 @@ for round in $(seq "$ROUNDS"); do
 			fi
 		fi
 		stop_server
+		SERVE_BIN=""
 	done
 done
+# The headers configuration must send what limits on send: the same keys.
+header_keys() { tr -d '\r' <"$TMP/headers-$1.txt" | awk -F: 'NR > 1 && NF > 1 && tolower($1) != "date" { print tolower($1) }' | sort; }
+[[ $(header_keys headers-1) == "$(header_keys memory-1)" ]] ||
+	die "the headers configuration's header keys ($(header_keys headers-1 | tr '\n' ' ')) are not limits on's ($(header_keys memory-1 | tr '\n' ' '))"
 cp "$TMP/body-off-1.json" "$TMP/body.json"
 BODY_BYTES=$(stat -c %s "$TMP/body.json")
 
@@ -419,12 +432,15 @@ for cfg in "${CONFIGS[@]}"; do
 	RPS[$cfg]=$(wrk_rps "$TMP/wrk-${BEST[$cfg]}.txt")
 	P99[$cfg]=$(wrk_p99 "$TMP/wrk-${BEST[$cfg]}.txt")
 done
+R_HDR=$(ratio "${RPS[headers]}" "${RPS[off]}")
 R_MEM=$(ratio "${RPS[memory]}" "${RPS[off]}")
 R_RDS=$(ratio "${RPS[redis]}" "${RPS[off]}")
 G_MEM=$(verdict "$(exact_ratio "${RPS[memory]}" "${RPS[off]}")" '>=' "$GOAL_MEMORY")
 G_RDS=$(verdict "$(exact_ratio "${RPS[redis]}" "${RPS[off]}")" '>=' "$GOAL_REDIS")
 G_NS=$(awk -v n="$MEM_NS" -v a="$MEM_ALLOCS" 'BEGIN { print (n + 0 < 1000 && a + 0 == 0) ? "met" : "MISSED" }')
 
+# line LABEL VALUE...: one row of the throughput table.
+line() { printf '%-40s %16s %16s %16s %16s\n' "$@"; }
 {
 	echo
 	echo "== Coinpulse limits benchmark  $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -435,37 +451,45 @@ G_NS=$(awk -v n="$MEM_NS" -v a="$MEM_ALLOCS" 'BEGIN { print (n + 0 < 1000 && a +
 	echo "body: GET $PATH_Q, $BODY_BYTES bytes; default universe (1,000 coins); SQLite; serve --log-level $LOG_LEVEL"
 	echo "plan: tier $TIER with per_second and per_minute 100000000, monthly unlimited ($(head -1 "$TMP/limit-header-memory-1.txt"))"
 	echo
-	printf '%-40s %16s %16s %16s\n' "throughput (-c$CONNS)" "limits off" "in-process" "Redis"
-	printf '%-40s %16s %16s %16s\n' "  requests/s (best of $ROUNDS)" "${RPS[off]}" "${RPS[memory]}" "${RPS[redis]}"
-	printf '%-40s %16s %16s %16s\n' "  ratio to limits off" "1.000" "$R_MEM" "$R_RDS"
+	line "throughput (-c$CONNS)" "limits off" "headers only" "in-process" "Redis"
+	line "  requests/s (best of $ROUNDS)" "${RPS[off]}" "${RPS[headers]}" "${RPS[memory]}" "${RPS[redis]}"
+	line "  ratio to limits off" "1.000" "$R_HDR" "$R_MEM" "$R_RDS"
+	line "  ratio to headers only" "" "1.000" "$(ratio "${RPS[memory]}" "${RPS[headers]}")" "$(ratio "${RPS[redis]}" "${RPS[headers]}")"
 	for r in $(seq "$ROUNDS"); do
 		row=()
 		for cfg in "${CONFIGS[@]}"; do row+=("$(wrk_rps "$TMP/wrk-$cfg-$r.txt") ($(cat "$TMP/other-$cfg-$r.txt"))"); done
-		printf '%-40s %16s %16s %16s\n' "  requests/s run $r (other load, cores)" "${row[@]}"
+		line "  requests/s run $r (other load, cores)" "${row[@]}"
 	done
 	for r in $(seq "$ROUNDS"); do
-		printf '%-40s %16s %16s %16s\n' "  ratio to off, round $r" "1.000" \
+		line "  ratio to off, round $r" "1.000" \
+			"$(ratio "$(wrk_rps "$TMP/wrk-headers-$r.txt")" "$(wrk_rps "$TMP/wrk-off-$r.txt")")" \
 			"$(ratio "$(wrk_rps "$TMP/wrk-memory-$r.txt")" "$(wrk_rps "$TMP/wrk-off-$r.txt")")" \
 			"$(ratio "$(wrk_rps "$TMP/wrk-redis-$r.txt")" "$(wrk_rps "$TMP/wrk-off-$r.txt")")"
 	done
-	printf '%-40s %16s %16s %16s\n' "  p99 latency ms (best run)" "${P99[off]}" "${P99[memory]}" "${P99[redis]}"
+	for r in $(seq "$ROUNDS"); do
+		line "  ratio to headers only, round $r" "" "1.000" \
+			"$(ratio "$(wrk_rps "$TMP/wrk-memory-$r.txt")" "$(wrk_rps "$TMP/wrk-headers-$r.txt")")" \
+			"$(ratio "$(wrk_rps "$TMP/wrk-redis-$r.txt")" "$(wrk_rps "$TMP/wrk-headers-$r.txt")")"
+	done
+	line "  p99 latency ms (best run)" "${P99[off]}" "${P99[headers]}" "${P99[memory]}" "${P99[redis]}"
 	row=()
 	for cfg in "${CONFIGS[@]}"; do
 		b=${BEST[$cfg]}
 		row+=("$(cores "$(cat "$TMP/cpu-$b.txt")" "$b") / $(per_k "$(cat "$TMP/cpu-$b.txt")" "$b")")
 	done
-	printf '%-40s %16s %16s %16s\n' "  serve: cores busy / CPU ms per 1k req" "${row[@]}"
+	line "  serve: cores busy / CPU ms per 1k req" "${row[@]}"
 	row=()
 	for cfg in "${CONFIGS[@]}"; do
 		b=${BEST[$cfg]}
 		row+=("$(cores "$(cat "$TMP/wcpu-$b.txt")" "$b") / $(per_k "$(cat "$TMP/wcpu-$b.txt")" "$b")")
 	done
-	printf '%-40s %16s %16s %16s\n' "  wrk: cores busy / CPU ms per 1k req" "${row[@]}"
+	line "  wrk: cores busy / CPU ms per 1k req" "${row[@]}"
 	b=${BEST[redis]}
 	if [[ -n $REDIS_PID ]]; then
-		printf '%-40s %16s %16s %16s\n' "  redis-server: cores / CPU ms per 1k" "-" "-" \
+		line "  redis-server: cores / CPU ms per 1k" "-" "-" "-" \
 			"$(cores "$(cat "$TMP/rcpu-$b.txt")" "$b") / $(per_k "$(cat "$TMP/rcpu-$b.txt")" "$b")"
 	fi
+	echo "(headers only: limits off, built with -tags benchheaders: the five rate-limit headers with fixed values, nothing limited or metered)"
 	echo "(other load: CPU used by processes other than serve, redis-server and wrk during the pass; above ~0.3 the pass was disturbed)"
 	echo
 	echo "metering (GET /usage month_calls after the pass, less before, less the header check's call)"

@@ -297,7 +297,11 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		}
 	})
 
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	handler := srv.Handler()
+	if withBenchHeaders != nil && cfg.limits != "on" {
+		handler = withBenchHeaders(handler, log)
+	}
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		DisableGeneralOptionsHandler: true} // OPTIONS * gets the API's JSON 404, not net/http's bare 200
 	hs.RegisterOnShutdown(hub.Close)         // WebSockets are hijacked: Shutdown does not wait for them
 	hs.RegisterOnShutdown(srv.BeginShutdown) // simulated timeouts end at once
@@ -339,6 +343,12 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	log.Info("stopped")
 	return nil
 }
+
+// withBenchHeaders is set only in a build with -tags benchheaders
+// (benchheaders.go), which bench/limits.sh makes to measure what the five
+// rate-limit headers alone cost: it wraps the handler of a serve whose
+// limits are off.
+var withBenchHeaders func(http.Handler, *slog.Logger) http.Handler
 
 // newLimiter returns the limiter cfg asks for: Redis when --redis is set,
 // else in-process. Either seeds a month's count from the metered calls in
