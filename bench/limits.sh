@@ -12,8 +12,9 @@
 #   DURATION=30s ROUNDS=3 bash bench/limits.sh
 #
 # Environment: DURATION (15s), CONNS (64), THREADS (2), ROUNDS (2: off,
-# headers, memory, redis, off, headers, memory, redis), READY_TIMEOUT and SAVE_TIMEOUT seconds
-# (120, 120), METER_WAIT seconds (30), LOG_LEVEL (info), BENCH_COUNT (3),
+# headers, memory, redis, off, headers, memory, redis), READY_TIMEOUT and
+# SAVE_TIMEOUT seconds (120, 120), METER_WAIT seconds (30), LOG_LEVEL
+# (info), BENCH_COUNT (3),
 # REDIS_URL (redis://127.0.0.1:6379/0), REDIS_STOP=1 to shut down a Redis
 # this script started, STRICT=1 to exit 1 when a goal is missed (by default
 # only a broken run exits non-zero: a failed check, a non-2xx answer, or

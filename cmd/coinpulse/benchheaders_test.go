@@ -51,7 +51,7 @@ func TestBenchHeadersBuild(t *testing.T) {
 		t.Errorf("no rate-limit headers in %q", off)
 	}
 	if slices.ContainsFunc(statuses, func(s int) bool { return s != 200 }) {
-		t.Errorf("30 calls at once with limits off (the premium plan allows fewer a second): %v", statuses)
+		t.Errorf("30 calls in a row with limits off (more than the premium plan allows a second): %v", statuses)
 	}
 	if !strings.Contains(log, "bench build (-tags benchheaders)") {
 		t.Errorf("serve did not say it is a bench build:\n%s", log)
