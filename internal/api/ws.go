@@ -152,13 +152,7 @@ func (s *Server) recheck(ctx context.Context, ps []stream.Principal) {
 		var cause *coinpulse.Error
 		switch {
 		case errors.As(err, &cause) && cause.Code.Status() < 500: // 401, 403: not a store failure
-			reason := map[coinpulse.Code]string{coinpulse.CodeExpiredSubscription: "subscription expired", coinpulse.CodePermissionDenied: "plan excludes streams"}[cause.Code]
-			if reason == "" {
-				reason = "api key revoked"
-				if cause.Message == keyExpired {
-					reason = "api key expired"
-				}
-			}
+			reason := closeReason(cause)
 			n := s.hub.DisconnectKey(p.KeyID, cause, reason)
 			s.log.Info("closed websockets no longer allowed", "key_id", p.KeyID, "reason", reason, "connections", n)
 		case err != nil:
@@ -171,6 +165,20 @@ func (s *Server) recheck(ctx context.Context, ps []stream.Principal) {
 
 // keyExpired is the message of a stream closed because its key expired.
 const keyExpired = "The API key expired."
+
+// closeReason is the close reason of a stream refused by cause, one of
+// streamStanding's errors.
+func closeReason(cause *coinpulse.Error) string {
+	switch {
+	case cause.Code == coinpulse.CodeExpiredSubscription:
+		return "subscription expired"
+	case cause.Code == coinpulse.CodePermissionDenied:
+		return "plan excludes streams"
+	case cause.Message == keyExpired:
+		return "api key expired"
+	}
+	return "api key revoked"
+}
 
 // streamStanding returns when the streams of p's key lapse (zero: never),
 // or, as a *coinpulse.Error, why they may not go on: the checks a new

@@ -8,10 +8,10 @@ import (
 	"coinpulse"
 )
 
-// Seed returns the number of calls account has made in the month of monthStart (the
-// first instant of a calendar month, UTC), as the main database counts
-// them. The limiters call it once per account and month, when they have no
-// state for that month yet.
+// Seed returns the number of calls account has made in the month of
+// monthStart (the first instant of a calendar month, UTC), as the main
+// database counts them. The limiters call it once per account and month,
+// when they have no state for that month yet.
 type Seed func(ctx context.Context, account string, monthStart time.Time) (int64, error)
 
 var (
