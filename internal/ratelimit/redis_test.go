@@ -180,28 +180,10 @@ func TestRedisSettlesAMonthUnderWay(t *testing.T) {
 
 	// Three concurrent calls of the busy account: one seed, read twice.
 	start := time.Now()
-	var wg sync.WaitGroup
-	counts := make(chan int64, 3)
-	for range 3 {
-		wg.Go(func() {
-			v, err := lim.Allow(context.Background(), "busy", limits)
-			if err != nil || !v.Allowed {
-				t.Errorf("busy: %+v, %v", v, err)
-				return
-			}
-			counts <- v.Windows[2].Limit - v.Windows[2].Remaining
-		})
-	}
-	wg.Wait()
-	close(counts)
+	got := monthCounts(t, lim, "busy", limits, 3)
 	if took := time.Since(start); took < settle {
 		t.Errorf("the calls were answered after %v, before the seed settled (%v)", took, settle)
 	}
-	var got []int64
-	for n := range counts {
-		got = append(got, n)
-	}
-	slices.Sort(got)
 	if want := []int64{8, 9, 10}; !slices.Equal(got, want) {
 		t.Errorf("busy: month counts %v after the calls, want %v (seeded with the second reading, 7)", got, want)
 	}
@@ -229,20 +211,9 @@ func TestRedisSettlesAMonthUnderWay(t *testing.T) {
 	var hung sync.WaitGroup
 	hung.Go(func() { lim2.Allow(hangup, "hangup", limits) }) // starts the seed, then its client goes
 	time.Sleep(30 * time.Millisecond)
-	waiting := make(chan int64, 2)
-	for range 2 { // these wait for that seed
-		hung.Go(func() {
-			v, err := lim2.Allow(context.Background(), "hangup", limits)
-			if err != nil || !v.Allowed {
-				t.Errorf("after the hang-up: %+v, %v", v, err)
-				return
-			}
-			waiting <- v.Windows[2].Limit - v.Windows[2].Remaining
-		})
-	}
+	waiting := monthCounts(t, lim2, "hangup", limits, 2) // these wait for that seed
 	hung.Wait()
-	close(waiting)
-	for n := range waiting {
+	for _, n := range waiting {
 		if n < 8 {
 			t.Errorf("a call waiting on a seed whose starter hung up: month count %d, want 8 or more (seeded with the count read after the wait, 7)", n)
 		}
@@ -259,6 +230,32 @@ func TestRedisSettlesAMonthUnderWay(t *testing.T) {
 	if n := len(reads["new"]); n != 1 {
 		t.Errorf("new: seed read %d times, want once", n)
 	}
+}
+
+// monthCounts makes n concurrent calls of account, each of which must be
+// admitted, and returns the month counts they saw, in order.
+func monthCounts(t *testing.T, lim *Redis, account string, limits coinpulse.Limits, n int) []int64 {
+	t.Helper()
+	var wg sync.WaitGroup
+	counts := make(chan int64, n)
+	for range n {
+		wg.Go(func() {
+			v, err := lim.Allow(context.Background(), account, limits)
+			if err != nil || !v.Allowed {
+				t.Errorf("%s: %+v, %v", account, v, err)
+				return
+			}
+			counts <- v.Windows[2].Limit - v.Windows[2].Remaining
+		})
+	}
+	wg.Wait()
+	close(counts)
+	var got []int64
+	for c := range counts {
+		got = append(got, c)
+	}
+	slices.Sort(got)
+	return got
 }
 
 // lossyProxy forwards TCP to Redis; once drop is set, it lets the next
