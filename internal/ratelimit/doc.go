@@ -115,6 +115,11 @@
 // the month key is absent the script answers so without changing anything;
 // the Go side then calls Seed and runs the script again with the seed,
 // which the script writes only if the key is still absent, so a seed is
-// never counted twice. The scripts rely on effects replication (the
-// default since Redis 5), since TIME is not deterministic.
+// never counted twice. A run also carries a deadline on Redis's clock
+// (from the offset of that clock the node measured in its last reply),
+// a little before its checks give up waiting: a run that Redis starts
+// past it, after a stall, decides nothing, so a check answered as failed
+// is not counted later (see runDeadline). The scripts rely on effects
+// replication (the default since Redis 5), since TIME is not
+// deterministic.
 package ratelimit

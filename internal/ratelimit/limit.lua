@@ -2,9 +2,12 @@
 -- see redis.go. A run holds one check or the many that a node's concurrent
 -- calls sent together.
 -- ARGV: 1 now in µs since the epoch, or '' to read the server's TIME
---       2 the month key's time to live after the month ends, ms
---       3 time added to the rolling keys' lives, ms (0 but in tests)
---       4 P, the number of parameter sets, then P sets of 7:
+--       2 the run's deadline in µs on the same clock, or '' for none:
+--         a run that starts later decides nothing (its caller has given
+--         up on the reply, and answered its calls as failed)
+--       3 the month key's time to live after the month ends, ms
+--       4 time added to the rolling keys' lives, ms (0 but in tests)
+--       5 P, the number of parameter sets, then P sets of 7:
 --         the month's first instant and the next month's (µs), the second
 --         window's T and τ (µs; T 0: does not limit), the minute window's
 --         T and τ, and the monthly limit (<= 0: does not limit)
@@ -15,8 +18,9 @@
 -- Reply: 8 integers per check, in order: allowed, secOK, secTAT, minOK,
 -- minTAT, monthOK, count, now, with the TATs after the check (>= now) and
 -- the month's count after it; or -1, now, 0... when the month key is
--- absent and no seed was given, or -2, now, 0... when now is not in the
--- check's month.
+-- absent and no seed was given, -2, now, 0... when now is not in the
+-- check's month, or -3, now, 0... for every check of a run past its
+-- deadline.
 local now
 if ARGV[1] ~= '' then
   now = tonumber(ARGV[1])
@@ -73,14 +77,14 @@ local function put(key, tat, t, pad)
   return tat
 end
 
-local grace, pad = tonumber(ARGV[2]), tonumber(ARGV[3])
+local grace, pad = tonumber(ARGV[3]), tonumber(ARGV[4])
 local sets = {}
-local nsets = tonumber(ARGV[4])
-if not nsets or nsets < 0 or #ARGV ~= 4 + 7 * nsets + #KEYS then
+local nsets = tonumber(ARGV[5])
+if not nsets or nsets < 0 or #ARGV ~= 5 + 7 * nsets + #KEYS then
   return redis.error_reply('ERR limit.lua: the arguments do not match the keys')
 end
 for j = 1, nsets do
-  local b = 4 + 7 * (j - 1)
+  local b = 5 + 7 * (j - 1)
   sets[j] = {tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]),
     tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7])}
 end
@@ -130,7 +134,13 @@ local function check(i, sKey, mKey, moKey, mode, seed, p)
   reply(i, allowed, secOK, secTAT, minOK, minTAT, monthOK, count, now)
 end
 
-local first = 4 + 7 * nsets
+if ARGV[2] ~= '' and now > tonumber(ARGV[2]) then
+  for i = 1, #KEYS / 3 do
+    reply(i, -3, now, 0, 0, 0, 0, 0, 0)
+  end
+  return replies
+end
+local first = 5 + 7 * nsets
 for i = 1, #KEYS / 3 do
   local a = first + 3 * (i - 1)
   check(i, KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], ARGV[a + 1], ARGV[a + 2], sets[tonumber(ARGV[a + 3])])

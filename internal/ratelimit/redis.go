@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"strconv"
@@ -49,6 +50,14 @@ type Redis struct {
 	// settle is how long a seed of a month under way waits for the
 	// nodes' meters before it reads the count again (see WithSettle).
 	settle time.Duration
+	// timeout bounds how long a check waits for its reply, from when it
+	// is queued (pipelineTimeout but in tests).
+	timeout time.Duration
+	// offset is Redis's clock less this node's, in µs, as the last reply
+	// measured it (see runDeadline); unknownOffset before the first. On
+	// a cluster, whose servers' clocks may differ, each account's keys
+	// keep their own (accountKeys.offset).
+	offset atomic.Int64
 
 	// seeding holds the Seed calls in flight, by account and month, so
 	// that concurrent calls in this process share one.
@@ -163,6 +172,12 @@ func withClock(clock coinpulse.Clock) Option {
 	return func(r *Redis) { r.clock, r.ttlPad = clock, time.Hour }
 }
 
+// withTimeout makes a check wait at most d for its reply instead of
+// pipelineTimeout; for tests of stalls.
+func withTimeout(d time.Duration) Option {
+	return func(r *Redis) { r.timeout = d }
+}
+
 // ClientOptions parses a redis:// URL into the options of a client fit
 // for NewRedis: it never retries a command (a script retried after its
 // reply was lost would run twice and count its calls twice), and its
@@ -183,9 +198,10 @@ func ClientOptions(url string) (*redis.Options, error) {
 // from 0). A *redis.Client, *redis.ClusterClient or any
 // redis.UniversalClient will do, with the settings of ClientOptions.
 func NewRedis(client Client, seed Seed, opts ...Option) *Redis {
-	r := &Redis{client: client, seed: seed, prefix: DefaultPrefix, nodeClock: time.Now,
+	r := &Redis{client: client, seed: seed, prefix: DefaultPrefix, nodeClock: time.Now, timeout: pipelineTimeout,
 		seeding: make(map[string]*redisSeed), calls: make(chan *scriptCall, pipelines*maxBatch),
 		closed: make(chan struct{})}
+	r.offset.Store(unknownOffset)
 	_, r.cluster = client.(*redis.ClusterClient)
 	for _, o := range opts {
 		o(r)
@@ -209,6 +225,9 @@ type accountKeys struct {
 	month int64 // the month's start, Unix seconds
 	keys  []string
 	args  [3]any
+	// offset is the clock offset of the server holding the keys, on a
+	// cluster (see Redis.offset).
+	offset atomic.Int64
 }
 
 // keys returns the keys of account's windows for the month starting at
@@ -229,6 +248,7 @@ func (r *Redis) keys(account string, monthStart time.Time) *accountKeys {
 		base + "mo:" + monthStart.Format("200601"),
 	}}
 	k.args = [3]any{k.keys[0], k.keys[1], k.keys[2]}
+	k.offset.Store(unknownOffset)
 	r.keyCache.Store(account, k)
 	return k
 }
@@ -266,6 +286,8 @@ func (r *Redis) check(ctx context.Context, account string, l coinpulse.Limits, c
 			return coinpulse.Verdict{}, fmt.Errorf("ratelimit: redis: %w", err)
 		}
 		switch {
+		case len(res) == 8 && res[0] == -3: // the run started past its deadline
+			return coinpulse.Verdict{}, errLateRun
 		case len(res) == 8 && res[0] == -2: // another month on the server's clock
 			start, end = monthBounds(time.UnixMicro(res[1]))
 			seed = ""
@@ -421,7 +443,7 @@ func (r *Redis) Refund(ctx context.Context, account string, l coinpulse.Limits, 
 	sec := newRate(int64(l.PerSecond), secondNS, unit)
 	minute := newRate(int64(l.PerMinute), minuteNS, unit)
 	// Bounded like a check's round trip: the failed call's answer waits.
-	ctx, cancel := context.WithTimeout(ctx, pipelineTimeout)
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	if err := refundScript.Run(ctx, r.client, r.keys(account, start).keys, nowArg,
 		sec.t/unit, slotEnd(sec, a.Second), minute.t/unit, slotEnd(minute, a.Minute)).Err(); err != nil {
@@ -454,7 +476,7 @@ func (r *Redis) run(ctx context.Context, c *scriptCall, account string) ([]int64
 	if r.cluster {
 		c.group += "/" + account
 	}
-	c.deadline = time.Now().Add(pipelineTimeout)
+	c.deadline = time.Now().Add(r.timeout)
 	r.senders.Add(1)
 	if r.isClosed.Load() {
 		r.senders.Add(-1)
@@ -476,7 +498,7 @@ func (r *Redis) run(ctx context.Context, c *scriptCall, account string) ([]int64
 	}
 	r.senders.Add(-1)
 	// Once queued, the check waits for its reply whatever ctx says: a
-	// pipeline answers every check it takes within pipelineTimeout, and
+	// pipeline answers every check it takes within r.timeout, and
 	// Close every check it takes from the queue at once. Waiting on one
 	// channel, the check's own, costs one lock no other check contends.
 	rep := <-c.done
@@ -521,7 +543,51 @@ func (r *Redis) pipeline() {
 const pipelineTimeout = 5 * time.Second
 
 // errCheckTimeout answers a check whose deadline passed before its trip.
-var errCheckTimeout = errors.New("ratelimit: redis: no reply within 5 s")
+var errCheckTimeout = errors.New("no reply in time")
+
+// errLateRun answers a check whose script run started past the run's
+// deadline, when Redis had stalled: the run decided nothing.
+var errLateRun = errors.New("ratelimit: redis: the check reached Redis too late and was not decided")
+
+// unknownOffset marks a clock offset not measured yet.
+const unknownOffset = math.MinInt64
+
+// A check that fails is answered as failed (a 503 for its call), so it
+// must not be counted. A check lost before Redis ran it is not; one that
+// Redis ran before the reply was lost is, and nothing can tell (see
+// ClientOptions). What is left is a run that Redis starts after the
+// check gave up: Redis stalled (a slow command, a fork, a paused VM)
+// with the trip unread in its socket, and runs it when it comes back.
+// So a run carries a deadline on Redis's own clock and, past it, decides
+// nothing. The deadline is the trip's, less a tenth of the timeout,
+// shifted by the offset of Redis's clock from this node's that the last
+// reply measured: Redis's time in the reply, less the time it arrived.
+// That measure is below the true offset by the reply's transit, so a run
+// that starts after the check gave up is always past its deadline, also
+// when the node's clock has since stepped forward by less than the
+// tenth. The cost: a run that starts in the last tenth of its trip's
+// time, after a stall of four seconds and more, decides nothing though
+// its reply might still have arrived in time. Without a measure (a
+// node's first trip, on a cluster an account's first of the month; a
+// test clock) a run has no deadline.
+func (r *Redis) runDeadline(g []*scriptCall, trip time.Time) string {
+	if g[0].now != "" {
+		return ""
+	}
+	off := r.offsetOf(g).Load()
+	if off == unknownOffset {
+		return ""
+	}
+	return strconv.FormatInt(trip.Add(-r.timeout/10).UnixMicro()+off, 10)
+}
+
+// offsetOf is where the clock offset of g's server is kept.
+func (r *Redis) offsetOf(g []*scriptCall) *atomic.Int64 {
+	if r.cluster {
+		return &g[0].keys.offset
+	}
+	return &r.offset
+}
 
 // send runs batch's checks in one pipeline, a script run per group, and
 // hands each check its reply. The script goes by SHA; if the server does
@@ -565,13 +631,15 @@ func (r *Redis) send(batch []*scriptCall) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	cmds := make([]*redis.IntSliceCmd, len(groups))
+	var arrived time.Time
 	exec := func(which []int) {
 		pipe := r.client.Pipeline()
 		for _, i := range which {
-			cmds[i] = r.evalSha(groups[i])
+			cmds[i] = r.evalSha(groups[i], r.runDeadline(groups[i], deadline))
 			_ = pipe.Process(ctx, cmds[i])
 		}
 		_, _ = pipe.Exec(ctx) // each command carries its own error
+		arrived = time.Now()
 	}
 	all := make([]int, len(groups))
 	for i := range all {
@@ -592,6 +660,9 @@ func (r *Redis) send(batch []*scriptCall) {
 		if err == nil && len(res) != 8*len(g) {
 			err = fmt.Errorf("%d integers in the reply to %d checks", len(res), len(g))
 		}
+		if err == nil && g[0].now == "" {
+			r.offsetOf(g).Store(replyNow(res) - arrived.UnixMicro())
+		}
 		for j, c := range g {
 			if err != nil {
 				c.done <- scriptReply{err: err}
@@ -602,9 +673,18 @@ func (r *Redis) send(batch []*scriptCall) {
 	}
 }
 
-// evalSha returns the EVALSHA of limit.lua that runs the checks of g.
-// The reply is read as integers straight away.
-func (r *Redis) evalSha(g []*scriptCall) *redis.IntSliceCmd {
+// replyNow is the server's time in the reply to a check, in µs.
+func replyNow(res []int64) int64 {
+	if res[0] < 0 {
+		return res[1]
+	}
+	return res[7]
+}
+
+// evalSha returns the EVALSHA of limit.lua that runs the checks of g,
+// with the run's deadline (see runDeadline). The reply is read as
+// integers straight away.
+func (r *Redis) evalSha(g []*scriptCall, deadline string) *redis.IntSliceCmd {
 	sets := make([]params, 0, 1)
 	index := make([]int, len(g)) // of each check's set, from 1
 	for j, c := range g {
@@ -615,12 +695,12 @@ func (r *Redis) evalSha(g []*scriptCall) *redis.IntSliceCmd {
 		}
 		index[j] = k + 1
 	}
-	args := make([]any, 0, 7+6*len(g)+7*len(sets))
+	args := make([]any, 0, 8+6*len(g)+7*len(sets))
 	args = append(args, "evalsha", limitScript.Hash(), 3*len(g))
 	for _, c := range g {
 		args = append(args, c.keys.args[:]...)
 	}
-	args = append(args, g[0].now, monthKeyGrace.Milliseconds(), r.ttlPad.Milliseconds(), len(sets))
+	args = append(args, g[0].now, deadline, monthKeyGrace.Milliseconds(), r.ttlPad.Milliseconds(), len(sets))
 	for _, p := range sets {
 		for _, x := range p {
 			args = append(args, x)

@@ -643,3 +643,101 @@ func TestRedisCloseUnderLoad(t *testing.T) {
 		t.Errorf("%d checkers saw errClosed, want 300", refused.Load())
 	}
 }
+
+// A check whose trip Redis reads only after the check gave up (Redis
+// stalled, here behind a script that runs a second and a half) fails
+// and is not counted when Redis comes back: the run is past its
+// deadline and decides nothing.
+func TestRedisStallPastTheDeadlineCountsNothing(t *testing.T) {
+	c := newTestClient(t)
+	lim := NewRedis(c, nil, WithPrefix(testPrefix(t)), withTimeout(400*time.Millisecond))
+	defer lim.Close()
+	ctx := context.Background()
+	limits := coinpulse.Limits{PerSecond: 1000, PerMinute: 10000, Monthly: 100}
+	// The first trip measures Redis's clock; it has no deadline.
+	if v, err := lim.Allow(ctx, "a", limits); err != nil || !v.Allowed {
+		t.Fatalf("first call: %+v, %v", v, err)
+	}
+	if lim.offset.Load() == unknownOffset {
+		t.Fatal("the first reply measured no clock offset")
+	}
+
+	stall := redis.NewClient(c.Options())
+	defer stall.Close()
+	stalled := make(chan error, 1)
+	go func() {
+		stalled <- stall.Eval(ctx, `local t = redis.call('TIME')
+local start = t[1] * 1000000 + t[2]
+repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start >= 1500000
+return 1`, nil).Err()
+	}()
+	time.Sleep(200 * time.Millisecond) // the stall runs
+	start := time.Now()
+	_, err := lim.Allow(ctx, "a", limits)
+	if err == nil {
+		t.Fatal("a call checked while Redis stalled past its deadline was answered")
+	}
+	if waited := time.Since(start); waited > time.Second {
+		t.Errorf("the check failed after %v; want about its timeout, 400ms", waited)
+	}
+	if err := <-stalled; err != nil {
+		t.Fatalf("the stalling script: %v", err)
+	}
+	// Redis has now read the trip, and run it.
+	v, err := lim.Peek(ctx, "a", limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used := v.Windows[2].Limit - v.Windows[2].Remaining; used != 1 {
+		t.Errorf("month count %d after one call answered and one failed in a stall; want 1 (2: the failed call was counted when Redis came back)", used)
+	}
+	if v, err := lim.Allow(ctx, "a", limits); err != nil || !v.Allowed {
+		t.Errorf("a call after the stall: %+v, %v", v, err)
+	}
+}
+
+// A run past its deadline decides nothing and says so, for every check
+// it holds; one in time decides as usual.
+func TestRedisRunDeadline(t *testing.T) {
+	c := newTestClient(t)
+	lim := NewRedis(c, nil, WithPrefix(testPrefix(t)))
+	defer lim.Close()
+	ctx := context.Background()
+	limits := coinpulse.Limits{PerSecond: 1000, PerMinute: 10000, Monthly: 100}
+	if _, err := lim.Allow(ctx, "a", limits); err != nil {
+		t.Fatal(err)
+	}
+	start, end := monthBounds(time.Now())
+	sec, minute := newRate(1000, secondNS, int64(time.Microsecond)), newRate(10000, minuteNS, int64(time.Microsecond))
+	call := func(account string) *scriptCall {
+		return &scriptCall{keys: lim.keys(account, start), mode: argCommit, seed: "0",
+			params: params{start.UnixMicro(), end.UnixMicro(), sec.t / 1000, sec.tau / 1000, minute.t / 1000, minute.tau / 1000, 100}}
+	}
+	for _, tt := range []struct {
+		name     string
+		deadline time.Duration // from now, on Redis's clock
+		want     int64         // the first integer of each check's reply
+	}{
+		{"past", -time.Second, -3},
+		{"in time", time.Minute, 1},
+	} {
+		g := []*scriptCall{call("a"), call("b")}
+		dl := strconv.FormatInt(time.Now().Add(tt.deadline).UnixMicro()+lim.offset.Load(), 10)
+		cmd := lim.evalSha(g, dl)
+		if err := c.Process(ctx, cmd); err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if res := cmd.Val(); len(res) != 16 || res[0] != tt.want || res[8] != tt.want {
+			t.Errorf("%s: reply %v; want 16 integers, each check's first %d", tt.name, res, tt.want)
+		}
+	}
+	for account, want := range map[string]int64{"a": 2, "b": 1} {
+		v, err := lim.Peek(ctx, account, limits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if used := v.Windows[2].Limit - v.Windows[2].Remaining; used != want {
+			t.Errorf("account %s: month count %d, want %d (the run past its deadline counted)", account, used, want)
+		}
+	}
+}
