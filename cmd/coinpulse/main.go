@@ -65,6 +65,41 @@ postgres://...). Run "coinpulse <command> -h" for its flags.
 
 // run is the whole program, with its environment passed in for tests.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	return fromEnv(runCommand(ctx, args, getenv, stdout, stderr), args, getenv)
+}
+
+// fromEnv names the environment variable behind a flag that err, a
+// check of a flag's value ("--name ..."), refuses, when the variable and
+// not the command line set it: the operator then knows where to look.
+func fromEnv(err error, args []string, getenv func(string) string) error {
+	var u usageError
+	if err == nil || errors.As(err, &u) || !strings.HasPrefix(err.Error(), "--") {
+		return err
+	}
+	name := strings.TrimPrefix(err.Error(), "--")
+	if i := strings.IndexFunc(name, func(r rune) bool { return r != '-' && (r < 'a' || r > 'z') && (r < '0' || r > '9') }); i >= 0 {
+		name = name[:i]
+	}
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if f := strings.TrimLeft(a, "-"); a != f && (f == name || strings.HasPrefix(f, name+"=")) {
+			return err // given on the command line
+		}
+	}
+	v := "COINPULSE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+	switch {
+	case getenv(v) != "":
+	case getenv(v+"_FILE") != "":
+		v += "_FILE"
+	default:
+		return err
+	}
+	return fmt.Errorf("%w (set by %s)", err, v)
+}
+
+func runCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return usageError{errors.New("no command")}

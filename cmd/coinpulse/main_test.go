@@ -452,4 +452,25 @@ func TestServeRejectsBadConfig(t *testing.T) {
 	if _, _, err := cli(t, map[string]string{"COINPULSE_REFRESH": "soon"}, "serve"); err == nil || !strings.Contains(err.Error(), "COINPULSE_REFRESH") {
 		t.Errorf("a bad COINPULSE_REFRESH: %v", err)
 	}
+	// A value that parses but that serve refuses names its variable too,
+	// unless the command line gave the flag.
+	for _, tt := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{map[string]string{"COINPULSE_LIMITS": "sometimes"}, nil, `--limits "sometimes": on or off (set by COINPULSE_LIMITS)`},
+		{map[string]string{"COINPULSE_SANDBOX_PER_SECOND": "0"}, nil, "(set by COINPULSE_SANDBOX_PER_SECOND)"},
+		{map[string]string{"COINPULSE_LIMITS": "on"}, []string{"--limits=sometimes"}, `--limits "sometimes": on or off`},
+		{map[string]string{"COINPULSE_REFRESH": "1s"}, []string{"-refresh", "1ms"}, "--refresh 1ms: must be at least 100ms"},
+	} {
+		dir := filepath.Join(t.TempDir(), "data")
+		_, _, err := cli(t, tt.env, append([]string{"serve", "--data-dir", dir}, tt.args...)...)
+		if err == nil || !strings.HasSuffix(err.Error(), tt.want) {
+			t.Errorf("%v %v: %v, want it to end with %q", tt.env, tt.args, err, tt.want)
+		}
+		if err != nil && len(tt.args) > 0 && strings.Contains(err.Error(), "set by") {
+			t.Errorf("%v %v: %v names the variable, but the command line set the flag", tt.env, tt.args, err)
+		}
+	}
 }
