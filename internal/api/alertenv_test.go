@@ -76,6 +76,9 @@ type alertEnvOptions struct {
 	// pumpPrices publishes every snapshot of the shared engine to the
 	// hub, as serve's publishPrices does.
 	pumpPrices bool
+	// wrapStore, when set, wraps the store the server is given (not
+	// env.store), e.g. to make some of its reads fail.
+	wrapStore func(coinpulse.Store) coinpulse.Store
 }
 
 type alertEnv struct {
@@ -127,8 +130,12 @@ func newAlertEnv(tb testing.TB, opts alertEnvOptions) *alertEnv {
 		clock = opts.clock.Now
 	}
 	e.ev = alerting.NewEvaluator(alerting.EvaluatorConfig{Store: store, Event: AlertEvent, Log: quiet})
+	var srvStore coinpulse.Store = store
+	if opts.wrapStore != nil {
+		srvStore = opts.wrapStore(store)
+	}
 	cfg := Config{
-		Store: store, Market: shared.engine, Log: quiet, Plans: opts.plans, Clock: clock,
+		Store: srvStore, Market: shared.engine, Log: quiet, Plans: opts.plans, Clock: clock,
 		AlertIndex: e.ev, WebhookAllowPrivate: opts.allowPrivate,
 		Stream: stream.Config{Heartbeat: -1},
 	}

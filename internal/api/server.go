@@ -74,6 +74,9 @@ type Server struct {
 	plans   atomic.Pointer[map[coinpulse.Tier]coinpulse.Plan]
 	maxBody int64
 	keys    *keyCache
+	// unchecked holds the keys whose streams' last recheck the store
+	// failed; watchStreams tries them again.
+	unchecked keySet
 	// portfolios keeps encoded portfolios by version and snapshot.
 	portfolios *portfolioCache
 	metrics    *metrics

@@ -5,9 +5,11 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"coinpulse"
@@ -144,19 +146,22 @@ func (s *Server) recheckStreams(ctx context.Context) { s.recheck(ctx, s.hub.Prin
 
 // recheck closes the streams of ps whose key or account no longer passes,
 // after an error saying why, and records for the others when they lapse
-// (a subscription renewed since they connected lapses later).
+// (a subscription renewed since they connected lapses later). The keys
+// it could not check (the store failed) it leaves to watchStreams.
 func (s *Server) recheck(ctx context.Context, ps []stream.Principal) {
 	now := s.clock()
 	for _, p := range ps {
 		until, err := s.streamStanding(ctx, p, now)
 		var cause *coinpulse.Error
+		refused := errors.As(err, &cause) && cause.Code.Status() < 500 // 401, 403: not a store failure
+		s.unchecked.mark(p.KeyID, err != nil && !refused)
 		switch {
-		case errors.As(err, &cause) && cause.Code.Status() < 500: // 401, 403: not a store failure
+		case refused:
 			reason := closeReason(cause)
 			n := s.hub.DisconnectKey(p.KeyID, cause, reason)
 			s.log.Info("closed websockets no longer allowed", "key_id", p.KeyID, "reason", reason, "connections", n)
 		case err != nil:
-			s.log.Warn("recheck websocket", "err", err)
+			s.log.Warn("recheck websocket; trying again in a second", "key_id", p.KeyID, "err", err)
 		case !until.Equal(p.Until):
 			s.hub.SetUntil(p.KeyID, until)
 		}
@@ -228,9 +233,43 @@ func lapse(u *coinpulse.User, k *coinpulse.APIKey) time.Time {
 	return t
 }
 
+// keySet is a set of key ids, safe for concurrent use.
+type keySet struct {
+	mu  sync.Mutex
+	ids map[int64]bool
+}
+
+// mark adds id to the set when in is true, else removes it.
+func (k *keySet) mark(id int64, in bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	switch {
+	case in && k.ids == nil:
+		k.ids = map[int64]bool{id: true}
+	case in:
+		k.ids[id] = true
+	default:
+		delete(k.ids, id)
+	}
+}
+
+// keep removes the ids that live does not hold, and returns the others.
+func (k *keySet) keep(live map[int64]bool) map[int64]bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for id := range k.ids {
+		if !live[id] {
+			delete(k.ids, id)
+		}
+	}
+	return maps.Clone(k.ids)
+}
+
 // watchStreams rechecks, every second until ctx ends, the streams whose
 // Until has passed since the last look: an expiry closes them within a
-// second, without a database query a stream a second.
+// second, without a database query a stream a second. Streams whose last
+// recheck the store failed (here, or after a revocation or new plans)
+// are rechecked every second too, until one succeeds.
 func (s *Server) watchStreams(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -242,9 +281,15 @@ func (s *Server) watchStreams(ctx context.Context) {
 		case <-tick.C:
 		}
 		now := s.clock()
+		ps := s.hub.Principals()
+		live := make(map[int64]bool, len(ps))
+		for _, p := range ps {
+			live[p.KeyID] = true
+		}
+		retry := s.unchecked.keep(live)
 		var lapsed []stream.Principal
-		for _, p := range s.hub.Principals() {
-			if p.Until.After(last) && !now.Before(p.Until) {
+		for _, p := range ps {
+			if retry[p.KeyID] || p.Until.After(last) && !now.Before(p.Until) {
 				lapsed = append(lapsed, p)
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -544,6 +545,60 @@ func TestSetPlansClosesStreams(t *testing.T) {
 
 // A stream ends when its subscription or its key expires, within about a
 // second, saying which; one whose subscription was renewed goes on.
+// failingUsers is a store whose UserByID fails while fail is set: the
+// database out of reach.
+type failingUsers struct {
+	coinpulse.Store
+	fail  atomic.Bool
+	calls atomic.Int64 // failed calls
+}
+
+func (f *failingUsers) UserByID(ctx context.Context, id int64) (*coinpulse.User, error) {
+	if f.fail.Load() {
+		f.calls.Add(1)
+		return nil, errors.New("database unreachable (test)")
+	}
+	return f.Store.UserByID(ctx, id)
+}
+
+// A stream whose subscription lapses while the database is out of reach
+// stays open meanwhile (the recheck fails), and is closed once a recheck,
+// tried again every second, gets through.
+func TestWSLapseRecheckedAfterAStoreFailure(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	store := &failingUsers{}
+	env := newAlertEnv(t, alertEnvOptions{clock: clock, wrapStore: func(s coinpulse.Store) coinpulse.Store {
+		store.Store = s
+		return store
+	}})
+	url := wsServer(t, env)
+	inAnHour := clock.Now().Add(time.Hour)
+	u := env.user(coinpulse.TierPro)
+	if err := env.store.SetUserTier(env.ctx, u.ID, coinpulse.TierPro, &inAnHour); err != nil {
+		t.Fatal(err)
+	}
+	c := mustDialWS(t, url, env.key(u, coinpulse.ModeLive, rw))
+	c.expect("welcome")
+
+	store.fail.Store(true)
+	clock.Advance(time.Hour)
+	deadline := time.Now().Add(10 * time.Second)
+	for store.calls.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no recheck in 10 s after the subscription lapsed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Two more of watchStreams' ticks: its recheck at the lapse has failed
+	// (the first failed read may have been another recheck's, after the
+	// tier change).
+	time.Sleep(2500 * time.Millisecond)
+	c.quiet("while the database is out of reach")
+	store.fail.Store(false)
+	c.closedFor("once the database answers again", coinpulse.CodeExpiredSubscription, "subscription expired")
+}
+
 func TestWSClosedWhenItLapses(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
