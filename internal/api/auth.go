@@ -98,10 +98,16 @@ func (s *Server) authenticateKey(ctx context.Context, key string) (*principal, e
 }
 
 // authorize applies the subscription expiry, the key's permissions and the
-// tier's endpoint rules.
+// tier's endpoint rules, now.
 func (s *Server) authorize(p *principal, r *http.Request, rt Route) error {
+	return s.authorizeAt(p, r, rt, s.clock())
+}
+
+// authorizeAt is authorize as of now: for a check of records read after
+// now, which a later clock would judge by what may have changed since.
+func (s *Server) authorizeAt(p *principal, r *http.Request, rt Route, now time.Time) error {
 	u := p.user
-	if u.SubscriptionExpired(s.clock()) {
+	if u.SubscriptionExpired(now) {
 		return coinpulse.Errorf(coinpulse.CodeExpiredSubscription, "Your %s subscription expired at %s. Renew it at /user/api.", u.Tier, u.TierExpiresAt.UTC().Format(time.RFC3339))
 	}
 	need := coinpulse.PermRead

@@ -77,6 +77,7 @@ type Server struct {
 	// unchecked holds the keys whose streams' last recheck the store
 	// failed; watchStreams tries them again.
 	unchecked keySet
+	recheckMu sync.Mutex // see recheck
 	// portfolios keeps encoded portfolios by version and snapshot.
 	portfolios *portfolioCache
 	metrics    *metrics

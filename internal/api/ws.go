@@ -149,6 +149,13 @@ func (s *Server) recheckStreams(ctx context.Context) { s.recheck(ctx, s.hub.Prin
 // (a subscription renewed since they connected lapses later). The keys
 // it could not check (the store failed) it leaves to watchStreams.
 func (s *Server) recheck(ctx context.Context, ps []stream.Principal) {
+	// One recheck at a time (the auth epoch's and watchStreams'), each
+	// judging the records it reads by a time taken before it reads them:
+	// a recheck that read a subscription before its renewal can neither
+	// close the stream by a later clock nor set the stream's lapse after
+	// a later recheck set the renewed one.
+	s.recheckMu.Lock()
+	defer s.recheckMu.Unlock()
 	now := s.clock()
 	for _, p := range ps {
 		until, err := s.streamStanding(ctx, p, now)
@@ -213,7 +220,7 @@ func (s *Server) streamStanding(ctx context.Context, p stream.Principal, now tim
 		return time.Time{}, coinpulse.Errorf(coinpulse.CodeInvalidAPIKey, keyExpired)
 	}
 	req := &http.Request{Method: http.MethodGet, URL: &url.URL{Path: "/api/v1/ws"}}
-	if err := s.authorize(newPrincipal(key, u), req, s.wsRoute); err != nil {
+	if err := s.authorizeAt(newPrincipal(key, u), req, s.wsRoute, now); err != nil {
 		return time.Time{}, err
 	}
 	return lapse(u, key), nil
