@@ -88,7 +88,7 @@ func fromEnv(err error, args []string, getenv func(string) string) error {
 			return err // given on the command line
 		}
 	}
-	v := "COINPULSE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+	v := envName(name)
 	switch {
 	case getenv(v) != "":
 	case getenv(v+"_FILE") != "":
@@ -175,7 +175,7 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) err
 		if given[f.Name] || envErr != nil {
 			return
 		}
-		name := "COINPULSE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		name := envName(f.Name)
 		v := getenv(name)
 		if file := getenv(name + "_FILE"); file != "" && v == "" {
 			b, err := os.ReadFile(file)
@@ -192,6 +192,11 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) err
 		}
 	})
 	return envErr
+}
+
+// envName is the environment variable of the flag named flag.
+func envName(flag string) string {
+	return "COINPULSE_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
 // defaultDataDir is where the SQLite file lives unless --db says otherwise.

@@ -260,15 +260,19 @@ func (k *keySet) mark(id int64, in bool) {
 	}
 }
 
-// keep removes the ids that live does not hold, and returns the others.
-func (k *keySet) keep(live map[int64]bool) map[int64]bool {
+// retain removes the ids that no principal of ps has, and returns the
+// others.
+func (k *keySet) retain(ps []stream.Principal) map[int64]bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for id := range k.ids {
-		if !live[id] {
-			delete(k.ids, id)
-		}
+	if len(k.ids) == 0 {
+		return nil
 	}
+	live := make(map[int64]bool, len(ps))
+	for _, p := range ps {
+		live[p.KeyID] = true
+	}
+	maps.DeleteFunc(k.ids, func(id int64, _ bool) bool { return !live[id] })
 	return maps.Clone(k.ids)
 }
 
@@ -289,11 +293,7 @@ func (s *Server) watchStreams(ctx context.Context) {
 		}
 		now := s.clock()
 		ps := s.hub.Principals()
-		live := make(map[int64]bool, len(ps))
-		for _, p := range ps {
-			live[p.KeyID] = true
-		}
-		retry := s.unchecked.keep(live)
+		retry := s.unchecked.retain(ps)
 		var lapsed []stream.Principal
 		for _, p := range ps {
 			if retry[p.KeyID] || p.Until.After(last) && !now.Before(p.Until) {
