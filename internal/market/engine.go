@@ -312,9 +312,14 @@ func (e *Engine) backfill(ctx context.Context, coins []coinpulse.CoinInfo, hourl
 }
 
 // Run quotes the feed on every Refresh boundary until ctx ends, then saves
-// the state.
+// the state. A Load that ran past a boundary (a first start's backfill
+// can take a few seconds) is followed at once by the quotes of the last
+// boundary passed, not a refresh later.
 func (e *Engine) Run(ctx context.Context) error {
-	next := e.aligned(e.cfg.Clock()).Add(e.cfg.Refresh)
+	next := e.aligned(e.cfg.Clock())
+	if s := e.current.Load(); s == nil || !s.AsOf.Before(next) {
+		next = next.Add(e.cfg.Refresh)
+	}
 	t := time.NewTimer(next.Sub(e.cfg.Clock()))
 	defer t.Stop()
 	for {

@@ -696,3 +696,62 @@ func TestEngineSubscribe(t *testing.T) {
 	default:
 	}
 }
+
+// Run after a Load that ran past a refresh boundary (a first start's
+// backfill crossing a minute) quotes that boundary at once; after one
+// that did not, it waits for the next boundary.
+func TestRunQuotesTheBoundaryLoadRanPast(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		loadTook time.Duration // the clock's advance from Load to Run
+		want     time.Time     // the AsOf of the first snapshot Run publishes; zero: none soon
+	}{
+		{"past a boundary", 10 * time.Second, start.Truncate(time.Minute).Add(time.Minute)},
+		{"within the minute", 2 * time.Second, time.Time{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := &fakeClock{t: start}
+			e := New(Config{
+				Feed: newSpy(t, 1), Store: openStore(t, loadedStore(t)), Clock: clock.Now,
+				Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Refresh: time.Minute,
+			})
+			if err := e.Load(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			loaded := e.Current().AsOf
+			if want := start.Truncate(time.Minute); !loaded.Equal(want) {
+				t.Fatalf("Load's snapshot as of %v, want %v", loaded, want)
+			}
+			clock.Set(start.Add(tt.loadTook))
+			snaps := e.Subscribe()
+			<-snaps // Load's
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- e.Run(ctx) }()
+			defer func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			}()
+			if tt.want.IsZero() {
+				// The next boundary is 2 s of real time away: Run
+				// publishes nothing before.
+				select {
+				case s := <-snaps:
+					t.Fatalf("a snapshot as of %v right after Load; want none before %v", s.AsOf, start.Truncate(time.Minute).Add(time.Minute))
+				case <-time.After(300 * time.Millisecond):
+				}
+				return
+			}
+			select {
+			case s := <-snaps:
+				if !s.AsOf.Equal(tt.want) {
+					t.Errorf("first snapshot of Run as of %v, want %v", s.AsOf, tt.want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("no snapshot within 10 s; want one as of %v at once", tt.want)
+			}
+		})
+	}
+}
