@@ -250,14 +250,14 @@ type keySet struct {
 func (k *keySet) mark(id int64, in bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	switch {
-	case in && k.ids == nil:
-		k.ids = map[int64]bool{id: true}
-	case in:
-		k.ids[id] = true
-	default:
+	if !in {
 		delete(k.ids, id)
+		return
 	}
+	if k.ids == nil {
+		k.ids = make(map[int64]bool)
+	}
+	k.ids[id] = true
 }
 
 // retain removes the ids that no principal of ps has, and returns the

@@ -96,8 +96,8 @@ type scriptCall struct {
 	mode   any // argCommit or argPeek
 	seed   string
 	params params
-	// deadline is when the check is given up: pipelineTimeout after it
-	// was queued, however long it waited behind another trip.
+	// deadline is when the check is given up: the limiter's timeout after
+	// it was queued, however long it waited behind another trip.
 	deadline time.Time
 	done     chan scriptReply // buffered: the pipeline never waits on it
 }
