@@ -352,11 +352,14 @@ func (s *Server) giveBack(e *exchange, r *http.Request, rt Route) {
 // meter records an admitted call at the instant it was admitted, on the
 // limiter's clock (so a call is in the month and day the limiter counted
 // it in), and gives a live call that failed on our side (5xx) back to the
-// plan's windows if the answer did not already.
+// plan's windows if the answer did not already. It records a call once:
+// a WebSocket's is recorded when the connection is admitted, and its end
+// records nothing more.
 func (s *Server) meter(e *exchange, r *http.Request, rt Route, label string, took time.Duration) {
-	if e.principal == nil || !e.admitted {
+	if e.principal == nil || !e.admitted || e.metered {
 		return
 	}
+	e.metered = true
 	p := e.principal
 	plan := p.key.Mode == coinpulse.ModeLive && !rt.Free
 	if e.status >= 500 {

@@ -193,7 +193,7 @@ func New(cfg Config) *Server {
 		}
 	}
 	sc := cfg.Stream
-	sc.Authenticate, sc.Resolve = s.streamAuth, s.streamResolve
+	sc.Authenticate, sc.Resolve, sc.Upgraded = s.streamAuth, s.streamResolve, s.streamUpgraded
 	if sc.Log == nil {
 		sc.Log = s.log
 	}
@@ -322,6 +322,10 @@ type exchange struct {
 	admission coinpulse.Admission
 	// refunded is set once a 5xx gave the call back (giveBack).
 	refunded bool
+	// start is when the call began (wrap); metered is set once the meter
+	// has it (a WebSocket's before the call ends: see streamUpgraded).
+	start   time.Time
+	metered bool
 }
 
 // exchangeOf returns the request state behind w (a bare one for writers
@@ -466,14 +470,12 @@ func truncate(s string, n int) string {
 // wrap turns a route's handler into an http.Handler with the body limit,
 // authentication, metrics and error envelope.
 func (s *Server) wrap(rt Route) http.Handler {
-	label := rt.Path
-	if !rt.Ops {
-		label = "/api/v1" + rt.Path
-	}
+	label := meterLabel(rt)
 	obs := s.metrics.route(label)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		e := exchangeOf(w)
+		e.start = start
 		if s.meterer != nil {
 			s.running.Add(1) // until finish; see Drain
 		}
@@ -509,6 +511,15 @@ func (s *Server) wrap(rt Route) http.Handler {
 		finished = true
 		s.finish(e, r, rt, label, obs, time.Since(start))
 	})
+}
+
+// meterLabel names rt in metrics and in the meter: its path under
+// /api/v1 (whichever prefix a call came by), an ops route's as it is.
+func meterLabel(rt Route) string {
+	if rt.Ops {
+		return rt.Path
+	}
+	return "/api/v1" + rt.Path
 }
 
 // finish accounts for a call that took took: the metrics, the meter (and

@@ -23,13 +23,19 @@ type wsCallKey struct{}
 type wsCall struct {
 	e *exchange
 	r *http.Request
+	// upgrade is how long the call took to be answered 101: its
+	// duration in the meter.
+	upgrade time.Duration
 }
 
 // GET /ws: the WebSocket stream (see internal/stream for the protocol).
 // A key in the headers was checked, limited and counted by admit; without
 // one the first message must carry it, and streamAuth does the same
-// checks then. Either way the connection is one call, metered when it
-// ends.
+// checks then. Either way the connection is one call, metered as soon as
+// it is admitted (streamUpgraded, streamAuth), with the time its upgrade
+// took: a connection's length is not a response time, and a call
+// metered only at its end would be missing from the database (and from
+// a Redis limiter's seed) for as long as it lasts, and lost in a crash.
 func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) error {
 	if _, err := parseQuery(r.URL.RawQuery); err != nil {
 		return err
@@ -115,7 +121,26 @@ func (s *Server) streamAuth(ctx context.Context, key string) (stream.Principal, 
 		return stream.Principal{}, err
 	}
 	e.admitted = true
+	s.meterStream(call)
 	return streamPrincipal(p), nil
+}
+
+// streamUpgraded is the hub's word that the connection of ctx was
+// answered 101. One authenticated by its headers, admitted before the
+// upgrade, is metered now.
+func (s *Server) streamUpgraded(ctx context.Context) {
+	call, _ := ctx.Value(wsCallKey{}).(*wsCall)
+	if call == nil {
+		return
+	}
+	call.upgrade = time.Since(call.e.start)
+	s.meterStream(call)
+}
+
+// meterStream meters the WebSocket call of call once it is admitted:
+// status 101, the upgrade's duration.
+func (s *Server) meterStream(call *wsCall) {
+	s.meter(call.e, call.r, s.wsRoute, meterLabel(s.wsRoute), call.upgrade)
 }
 
 // streamResolve maps a coin id or symbol to its id in the current market.

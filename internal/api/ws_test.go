@@ -435,12 +435,34 @@ func TestWSAlertFirings(t *testing.T) {
 	conns["ann"].quiet("after unsubscribing")
 }
 
-// A connection is one call, whichever way it authenticates: metered when
-// it ends, whatever it sent meanwhile.
+// A connection is one call, whichever way it authenticates: metered as
+// soon as it is admitted, while it is still open (status 101, the time
+// its upgrade took), and not again when it ends, whatever it sent
+// meanwhile.
 func TestWSMeteredAsOneCall(t *testing.T) {
 	t.Parallel()
 	env := newAlertEnv(t, alertEnvOptions{metered: true})
 	url := wsServer(t, env)
+	type call struct {
+		Method     string  `json:"method"`
+		Route      string  `json:"route"`
+		Status     int     `json:"status"`
+		DurationMS float64 `json:"duration_ms"`
+		RequestID  string  `json:"request_id"`
+	}
+	type usage struct {
+		MonthCalls int64  `json:"month_calls"`
+		Recent     []call `json:"recent"`
+	}
+	wsCalls := func(u usage) []call {
+		var out []call
+		for _, r := range u.Recent {
+			if r.Route == "/api/v1/ws" {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
 	for _, header := range []bool{true, false} {
 		key := env.newKey(coinpulse.TierPremium)
 		var c *wsClient
@@ -451,6 +473,22 @@ func TestWSMeteredAsOneCall(t *testing.T) {
 			c.send(`{"type":"auth","api_key":"` + key + `"}`)
 		}
 		c.expect("welcome")
+
+		// Metered while the connection is open.
+		var u usage
+		pollUntil(t, "the open connection metered", func() bool {
+			time.Sleep(20 * time.Millisecond) // under /usage's abuse limit of 50 a second
+			u = decode[usage](t, do(t, env.srv, "GET", "/api/v1/usage", key))
+			return u.MonthCalls > 0
+		})
+		open := wsCalls(u)
+		if u.MonthCalls != 1 || len(open) != 1 {
+			t.Fatalf("header %v, connection open: month_calls %d, /ws calls %+v; want one call", header, u.MonthCalls, open)
+		}
+		if open[0].Method != "GET" || open[0].Status != http.StatusSwitchingProtocols || open[0].RequestID == "" {
+			t.Errorf("header %v: the connection is metered as %+v; want GET with status 101 and a request id", header, open[0])
+		}
+
 		for i := range 5 {
 			c.send(fmt.Sprintf(`{"type":"ping","id":%d}`, i))
 			c.expect("pong")
@@ -459,32 +497,14 @@ func TestWSMeteredAsOneCall(t *testing.T) {
 		c.expect("subscribed")
 		c.c.Close(websocket.StatusNormalClosure, "bye")
 
-		type usage struct {
-			MonthCalls int64 `json:"month_calls"`
-			Recent     []struct {
-				Method string `json:"method"`
-				Route  string `json:"route"`
-				Status int    `json:"status"`
-			} `json:"recent"`
-		}
-		var u usage
-		pollUntil(t, "the connection metered", func() bool {
-			u = decode[usage](t, do(t, env.srv, "GET", "/api/v1/usage", key))
-			return u.MonthCalls > 0
-		})
+		// Its end adds nothing and changes nothing: the call keeps the
+		// duration of its upgrade, not the connection's length.
+		pollUntil(t, "the connection's call to end", func() bool { return env.srv.running.Load() == 0 })
 		time.Sleep(30 * time.Millisecond) // three meter intervals: nothing more comes
 		u = decode[usage](t, do(t, env.srv, "GET", "/api/v1/usage", key))
-		var ws int
-		for _, r := range u.Recent {
-			if r.Route == "/api/v1/ws" {
-				ws++
-				if r.Method != "GET" || r.Status != http.StatusSwitchingProtocols {
-					t.Errorf("header %v: the connection is metered as %s %d", header, r.Method, r.Status)
-				}
-			}
-		}
-		if u.MonthCalls != 1 || ws != 1 {
-			t.Errorf("header %v: month_calls %d, %d /ws calls in recent (%+v); want one call", header, u.MonthCalls, ws, u.Recent)
+		ended := wsCalls(u)
+		if u.MonthCalls != 1 || len(ended) != 1 || ended[0] != open[0] {
+			t.Errorf("header %v, connection closed: month_calls %d, /ws calls %+v; want the one call metered while it was open, %+v", header, u.MonthCalls, ended, open[0])
 		}
 	}
 }

@@ -50,6 +50,11 @@ type Config struct {
 	// (code and message, as a *coinpulse.Error renders them) before the
 	// connection is closed. Nil: first-message authentication is refused.
 	Authenticate func(ctx context.Context, apiKey string) (Principal, error)
+	// Upgraded, when not nil, is called once the handshake of a
+	// connection is answered (101) and the connection taken over, before
+	// any message is read or sent, with the request's context (for its
+	// values: after the upgrade its cancellation is not to be relied on).
+	Upgraded func(ctx context.Context)
 	// Resolve maps a coin id or symbol to a coin id using the current
 	// market. Its error, a *coinpulse.Error (normally RESOURCE_NOT_FOUND),
 	// is sent to the client; any other error is reported as
@@ -180,6 +185,9 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, p *Principal) error 
 	ws, err := websocket.Accept(w, r, &h.accept)
 	if err != nil {
 		return err
+	}
+	if h.cfg.Upgraded != nil {
+		h.cfg.Upgraded(r.Context())
 	}
 	ws.SetReadLimit(HardMessageBytes)
 	// After the hijack the request's context is not to be relied on (see

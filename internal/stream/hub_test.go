@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -612,4 +614,46 @@ func firstConn(h *Hub) *conn {
 		return c
 	}
 	return nil
+}
+
+// Upgraded is called once a connection is upgraded, once, with the
+// request's context, before the welcome of a key in the headers and
+// before the auth message of a key in the first message.
+func TestUpgradedCalledOnce(t *testing.T) {
+	var calls atomic.Int32
+	withRequest := make(chan bool, 10)
+	e := newEnv(t, Config{Upgraded: func(ctx context.Context) {
+		calls.Add(1)
+		withRequest <- ctx.Value(http.ServerContextKey) != nil
+	}})
+	for _, key := range []string{"sk_user1_live", ""} {
+		calls.Store(0)
+		c := e.dial(t, key)
+		if key == "" {
+			if !<-withRequest {
+				t.Errorf("key %q: Upgraded got a context without the request's values", key)
+			}
+			if n := calls.Load(); n != 1 {
+				t.Errorf("key %q: Upgraded called %d times before the auth message; want 1", key, n)
+			}
+			c.send(`{"type":"auth","api_key":"sk_user2_live"}`)
+			c.expect("welcome")
+		} else {
+			c.expect("welcome")
+			if n := calls.Load(); n != 1 {
+				t.Errorf("key %q: Upgraded called %d times before the welcome; want 1", key, n)
+			}
+			if !<-withRequest {
+				t.Errorf("key %q: Upgraded got a context without the request's values", key)
+			}
+		}
+		c.quiet()
+		c.ws.Close(websocket.StatusNormalClosure, "")
+		if err := <-e.errs; err != nil {
+			t.Errorf("key %q: Serve: %v", key, err)
+		}
+		if n := calls.Load(); n != 1 {
+			t.Errorf("key %q: Upgraded called %d times in all; want 1", key, n)
+		}
+	}
 }
