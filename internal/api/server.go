@@ -322,9 +322,8 @@ type exchange struct {
 	admission coinpulse.Admission
 	// refunded is set once a 5xx gave the call back (giveBack).
 	refunded bool
-	// start is when the call began (wrap); metered is set once the meter
-	// has it (a WebSocket's before the call ends: see streamUpgraded).
-	start   time.Time
+	// metered is set once the meter has the call (a WebSocket's before
+	// the call ends: see streamUpgraded).
 	metered bool
 }
 
@@ -475,7 +474,9 @@ func (s *Server) wrap(rt Route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		e := exchangeOf(w)
-		e.start = start
+		if rt.KeyOptional {
+			r = withStreamCall(r, e, start) // the WebSocket (see serveWS)
+		}
 		if s.meterer != nil {
 			s.running.Add(1) // until finish; see Drain
 		}

@@ -23,9 +23,20 @@ type wsCallKey struct{}
 type wsCall struct {
 	e *exchange
 	r *http.Request
-	// upgrade is how long the call took to be answered 101: its
-	// duration in the meter.
+	// start is when the call began; upgrade, how long it took to be
+	// answered 101: its duration in the meter.
+	start   time.Time
 	upgrade time.Duration
+}
+
+// withStreamCall gives a request to the WebSocket route the state its
+// upgrade and its first-message authentication need (wrap calls it; the
+// exchange does not carry a start time, which every call would pay for).
+func withStreamCall(r *http.Request, e *exchange, start time.Time) *http.Request {
+	call := &wsCall{e: e, start: start}
+	r = r.WithContext(context.WithValue(r.Context(), wsCallKey{}, call))
+	call.r = r
+	return r
 }
 
 // GET /ws: the WebSocket stream (see internal/stream for the protocol).
@@ -52,9 +63,9 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) error {
 		sp := streamPrincipal(e.principal)
 		p = &sp
 	}
-	call := &wsCall{e: e}
-	r = r.WithContext(context.WithValue(r.Context(), wsCallKey{}, call))
-	call.r = r
+	if _, ok := r.Context().Value(wsCallKey{}).(*wsCall); !ok {
+		r = withStreamCall(r, e, time.Now()) // a route wrap did not mark KeyOptional
+	}
 	err := s.hub.Serve(e, r, p)
 	if e.status == http.StatusOK && !e.wrote {
 		return err // the upgrade failed before anything was written
@@ -133,7 +144,7 @@ func (s *Server) streamUpgraded(ctx context.Context) {
 	if call == nil {
 		return
 	}
-	call.upgrade = time.Since(call.e.start)
+	call.upgrade = time.Since(call.start)
 	s.meterStream(call)
 }
 
