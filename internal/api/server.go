@@ -127,7 +127,8 @@ type Route struct {
 	// Webhooks routes need a plan with webhooks and WebSocket streams.
 	Webhooks bool
 	// KeyOptional routes (the WebSocket) also take a request without a
-	// key: the handler then authenticates, limits and meters it itself.
+	// key: the handler then authenticates, limits and meters it itself,
+	// with the wsCall that wrap puts in the request's context.
 	KeyOptional bool
 	// Ops routes live at the root, not under a version prefix.
 	Ops     bool

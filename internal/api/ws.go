@@ -63,10 +63,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) error {
 		sp := streamPrincipal(e.principal)
 		p = &sp
 	}
-	if _, ok := r.Context().Value(wsCallKey{}).(*wsCall); !ok {
-		r = withStreamCall(r, e, time.Now()) // a route wrap did not mark KeyOptional
-	}
-	err := s.hub.Serve(e, r, p)
+	err := s.hub.Serve(e, r, p) // r carries its wsCall (wrap, withStreamCall)
 	if e.status == http.StatusOK && !e.wrote {
 		return err // the upgrade failed before anything was written
 	}
