@@ -75,6 +75,10 @@ func (s *Server) limit(e *exchange, r *http.Request, rt Route) error {
 		s.peekHeaders(e, r)
 	} else {
 		setRateHeaders(e.Header(), &v, now)
+		if v.Allowed && rt.Free {
+			sv := v // its own variable: v stays on the stack of every other call
+			e.standing = &sv
+		}
 	}
 	if v.Allowed {
 		e.admission = v.Admission()
@@ -117,6 +121,7 @@ func (s *Server) peekHeaders(e *exchange, r *http.Request) {
 	account, limits := s.limitsOf(e.principal, Route{})
 	if v, err := s.limiter.Peek(r.Context(), account, limits); err == nil {
 		s.setStandingHeaders(e.Header(), e.principal, &v)
+		e.standing = &v
 	}
 }
 

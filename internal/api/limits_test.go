@@ -862,3 +862,94 @@ func TestSetPlans(t *testing.T) {
 		t.Errorf("message %q does not name pro", res.Error.Message)
 	}
 }
+
+// countingLimiter counts the calls a limiter is asked; failPeeks makes
+// that many Peeks fail first.
+type countingLimiter struct {
+	coinpulse.Limiter
+	mu           sync.Mutex
+	allow, peeks int
+	failPeeks    int
+}
+
+func (c *countingLimiter) Allow(ctx context.Context, account string, l coinpulse.Limits) (coinpulse.Verdict, error) {
+	c.mu.Lock()
+	c.allow++
+	c.mu.Unlock()
+	return c.Limiter.Allow(ctx, account, l)
+}
+
+func (c *countingLimiter) Peek(ctx context.Context, account string, l coinpulse.Limits) (coinpulse.Verdict, error) {
+	c.mu.Lock()
+	c.peeks++
+	fail := c.failPeeks > 0
+	if fail {
+		c.failPeeks--
+	}
+	c.mu.Unlock()
+	if fail {
+		return coinpulse.Verdict{}, errLimiterDown
+	}
+	return c.Limiter.Peek(ctx, account, l)
+}
+
+func (c *countingLimiter) counts() (allow, peeks int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.allow, c.peeks
+}
+
+// GET /usage asks the limiter once for where the key stands (a Redis
+// round trip with the Redis limiter): its body shows the windows its
+// headers describe. Only when that look fails does it look again.
+func TestUsageAsksTheLimiterOnce(t *testing.T) {
+	t.Parallel()
+	base := testServer(t)
+	lim := &countingLimiter{Limiter: ratelimit.NewMemory(time.Now, nil)}
+	srv := New(Config{Store: shared.store, Market: base.market, Log: quiet, Limiter: lim, Meter: &recordingMeter{}})
+	u := newUser(t, coinpulse.TierFree, nil)
+	live, _ := newKey(t, u, coinpulse.ModeLive, rw, nil)
+	sandbox, _ := newKey(t, u, coinpulse.ModeTest, rw, nil)
+	type windows struct {
+		Windows []struct {
+			Window    string `json:"window"`
+			Limit     *int64 `json:"limit"`
+			Remaining *int64 `json:"remaining"`
+		} `json:"windows"`
+	}
+	// remaining is the body's figure for the window the headers describe
+	// (the windows' limits differ).
+	remaining := func(res *response) string {
+		t.Helper()
+		for _, w := range decode[windows](t, res).Windows {
+			if w.Limit != nil && fmt.Sprint(*w.Limit) == res.Header.Get("X-RateLimit-Limit") && w.Remaining != nil {
+				return fmt.Sprint(*w.Remaining)
+			}
+		}
+		return ""
+	}
+	for _, tc := range []struct {
+		name                 string
+		key                  string
+		failPeeks            int
+		wantAllow, wantPeeks int
+	}{
+		{"live key", live, 0, 1, 1},       // the /usage abuse limit, then the plan's windows
+		{"sandbox key", sandbox, 0, 1, 0}, // the sandbox's windows are those its check counted in
+		{"live key, first look failed", live, 1, 1, 2},
+	} {
+		lim.mu.Lock()
+		lim.allow, lim.peeks, lim.failPeeks = 0, 0, tc.failPeeks
+		lim.mu.Unlock()
+		res := do(t, srv, "GET", "/api/v1/usage", tc.key)
+		if res.Status != 200 {
+			t.Fatalf("%s: %d %s", tc.name, res.Status, res.Raw)
+		}
+		if allow, peeks := lim.counts(); allow != tc.wantAllow || peeks != tc.wantPeeks {
+			t.Errorf("%s: limiter asked %d Allow and %d Peek, want %d and %d", tc.name, allow, peeks, tc.wantAllow, tc.wantPeeks)
+		}
+		if got, want := remaining(res), res.Header.Get("X-RateLimit-Remaining"); got != want || want == "" {
+			t.Errorf("%s: body's remaining %q for the headers' window, X-RateLimit-Remaining %q", tc.name, got, want)
+		}
+	}
+}

@@ -326,6 +326,10 @@ type exchange struct {
 	// metered is set once the meter has the call (a WebSocket's before
 	// the call ends: see streamUpgraded).
 	metered bool
+	// standing is what the rate-limit headers of a free call describe
+	// (nil for other calls): GET /usage shows it rather than asking the
+	// limiter again.
+	standing *coinpulse.Verdict
 }
 
 // exchangeOf returns the request state behind w (a bare one for writers
