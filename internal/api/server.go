@@ -326,9 +326,10 @@ type exchange struct {
 	// metered is set once the meter has the call (a WebSocket's before
 	// the call ends: see streamUpgraded).
 	metered bool
-	// standing is what the rate-limit headers of a free call describe
-	// (nil for other calls): GET /usage shows it rather than asking the
-	// limiter again.
+	// standing is what the rate-limit headers describe when they say
+	// where the key stands: a free call's check, or a look (peekHeaders).
+	// Nil when they come from a counted call's check, or are not set.
+	// GET /usage shows it rather than asking the limiter again.
 	standing *coinpulse.Verdict
 }
 
