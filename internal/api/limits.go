@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"math/bits"
 	"net/http"
 	"strconv"
 	"strings"
@@ -191,11 +192,21 @@ func closest(v *coinpulse.Verdict) (coinpulse.WindowState, bool) {
 		if w.Limit <= 0 {
 			continue
 		}
-		if !found || w.Remaining*best.Limit <= best.Remaining*w.Limit {
+		if !found || shareAtMost(w.Remaining, w.Limit, best.Remaining, best.Limit) {
 			best, found = w, true
 		}
 	}
 	return best, found
+}
+
+// shareAtMost reports whether a/b <= c/d, for a, c >= 0 and b, d > 0. It
+// compares the cross products in 128 bits: in int64 a month's allowance
+// of 10^17 times a second's 100 would overflow, and the headers would
+// describe the month.
+func shareAtMost(a, b, c, d int64) bool {
+	hi1, lo1 := bits.Mul64(uint64(max(a, 0)), uint64(d))
+	hi2, lo2 := bits.Mul64(uint64(max(c, 0)), uint64(b))
+	return hi1 < hi2 || hi1 == hi2 && lo1 <= lo2
 }
 
 // setRateHeaders describes v: X-RateLimit-* and the IETF RateLimit for

@@ -839,6 +839,50 @@ func TestMonthSeconds(t *testing.T) {
 	}
 }
 
+// TestClosestWindowWithHugeAllowances: the window the headers describe is
+// the one with the smallest share left, exactly, even when a plan file
+// gives a month of up to 9×10^18 calls (the cross products then pass
+// int64).
+func TestClosestWindowWithHugeAllowances(t *testing.T) {
+	const huge = 9_000_000_000_000_000_000
+	for _, c := range []struct {
+		name    string
+		windows [3]coinpulse.WindowState
+		want    coinpulse.Window
+	}{
+		{"the second nearly spent, a huge month", [3]coinpulse.WindowState{
+			{Window: coinpulse.WindowSecond, Limit: 5, Remaining: 1},
+			{Window: coinpulse.WindowMinute, Limit: 1_000_000_000, Remaining: 999_999_999},
+			{Window: coinpulse.WindowMonth, Limit: huge, Remaining: huge - 11},
+		}, coinpulse.WindowSecond},
+		{"the minute nearly spent", [3]coinpulse.WindowState{
+			{Window: coinpulse.WindowSecond, Limit: 1_000_000_000, Remaining: 999_999_999},
+			{Window: coinpulse.WindowMinute, Limit: 60, Remaining: 2},
+			{Window: coinpulse.WindowMonth, Limit: huge, Remaining: huge - 1},
+		}, coinpulse.WindowMinute},
+		{"the month nearly spent, huge", [3]coinpulse.WindowState{
+			{Window: coinpulse.WindowSecond, Limit: 1_000_000_000, Remaining: 999_999_999},
+			{Window: coinpulse.WindowMinute, Limit: 1_000_000_000, Remaining: 999_999_998},
+			{Window: coinpulse.WindowMonth, Limit: huge, Remaining: 3},
+		}, coinpulse.WindowMonth},
+		{"a tie goes to the longer window", [3]coinpulse.WindowState{
+			{Window: coinpulse.WindowSecond, Limit: 5, Remaining: 5},
+			{Window: coinpulse.WindowMinute, Limit: 60, Remaining: 60},
+			{Window: coinpulse.WindowMonth, Limit: huge, Remaining: huge},
+		}, coinpulse.WindowMonth},
+		{"an unlimited month is left out", [3]coinpulse.WindowState{
+			{Window: coinpulse.WindowSecond, Limit: 5, Remaining: 4},
+			{Window: coinpulse.WindowMinute, Limit: 60, Remaining: 1},
+			{Window: coinpulse.WindowMonth, Limit: coinpulse.Unlimited, Remaining: coinpulse.Unlimited},
+		}, coinpulse.WindowMinute},
+	} {
+		w, ok := closest(&coinpulse.Verdict{Windows: c.windows})
+		if !ok || w.Window != c.want {
+			t.Errorf("%s: closest is %q (%v), want %q", c.name, w.Window, ok, c.want)
+		}
+	}
+}
+
 // SetPlans (serve's SIGHUP) puts new plans in force from the next call:
 // the windows and the endpoints a tier reaches follow them at once.
 func TestSetPlans(t *testing.T) {
