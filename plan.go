@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -58,34 +59,17 @@ func DefaultPlans() map[Tier]Plan {
 	return plans
 }
 
-// figure is a plan number in a plan file: a count, or "unlimited".
-type figure int64
-
-func (f *figure) UnmarshalJSON(b []byte) error {
-	if string(b) == `"unlimited"` {
-		*f = Unlimited
-		return nil
+// parseFigure reads a plan number of a plan file: a count, or
+// "unlimited".
+func parseFigure(raw json.RawMessage) (int64, error) {
+	if string(raw) == `"unlimited"` {
+		return Unlimited, nil
 	}
-	n, err := strconv.ParseInt(string(b), 10, 64)
+	n, err := strconv.ParseInt(string(raw), 10, 64)
 	if err != nil || n < 0 {
-		return fmt.Errorf(`want a whole number >= 0 or "unlimited", got %s`, b)
+		return 0, fmt.Errorf(`want a whole number >= 0 or "unlimited", got %s`, raw)
 	}
-	*f = figure(n)
-	return nil
-}
-
-type planFile struct {
-	Comment string `json:"_comment"`
-	Plans   []struct {
-		Tier            Tier      `json:"tier"`
-		MonthlyCalls    *figure   `json:"monthly_calls"`
-		PerMinute       *figure   `json:"per_minute"`
-		PerSecond       *figure   `json:"per_second"`
-		Endpoints       Endpoints `json:"endpoints"`
-		Webhooks        *bool     `json:"webhooks"`
-		MaxPortfolios   *figure   `json:"max_portfolios"`
-		MaxActiveAlerts *figure   `json:"max_active_alerts"`
-	} `json:"plans"`
+	return n, nil
 }
 
 // MaxRate is the most calls a plan's per_second or per_minute may allow:
@@ -94,17 +78,26 @@ type planFile struct {
 // overflow.
 const MaxRate = 1_000_000_000
 
+// planFields are the fields of a plan in a plan file, in the order they
+// are checked; the figures among them are read by parseFigure.
+var planFields = []string{"tier", "monthly_calls", "per_minute", "per_second", "endpoints", "webhooks", "max_portfolios", "max_active_alerts"}
+
+// utf8BOM starts the files some editors save; it is skipped.
+var utf8BOM = []byte("\xef\xbb\xbf")
+
 // LoadPlans reads a plan file (JSON, the format of plans/default.json):
 // every tier exactly once, every figure given. It is strict, so that a
 // mistake is not silently ignored: unknown fields, field names not spelt
 // exactly (encoding/json would match them whatever their case), a field
 // given twice in an object (encoding/json would keep the last) and
-// anything after the file's object are errors.
+// anything after the file's object are errors. Each error says where in
+// the file it is (plans[i], the tier, the field) and what is wanted.
 func LoadPlans(r io.Reader) (map[Tier]Plan, error) {
 	data, err := io.ReadAll(r)
 	if err != nil {
 		return nil, fmt.Errorf("plan file: %w", err)
 	}
+	data = bytes.TrimPrefix(data, utf8BOM)
 	if err := json.Unmarshal(data, new(any)); err != nil {
 		var syn *json.SyntaxError
 		if errors.As(err, &syn) {
@@ -116,50 +109,40 @@ func LoadPlans(r io.Reader) (map[Tier]Plan, error) {
 	if err := checkKeys(data); err != nil {
 		return nil, fmt.Errorf("plan file: %w", err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var f planFile
-	if err := dec.Decode(&f); err != nil {
-		return nil, fmt.Errorf("plan file: %w", err)
+	// json.Unmarshal has checked that data is one value and nothing after
+	// it; the rest is read field by field, so that every error can say
+	// where it is in words, not in Go types.
+	var top map[string]json.RawMessage
+	if json.Unmarshal(data, &top) != nil || top == nil {
+		return nil, errors.New(`plan file: want an object with a "plans" array, as plans/default.json`)
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("plan file: something follows the file's object")
+	for k, v := range top {
+		switch k {
+		case "plans":
+		case "_comment":
+			if json.Unmarshal(v, new(string)) != nil {
+				return nil, errors.New("plan file: _comment must be a string")
+			}
+		default:
+			return nil, fmt.Errorf(`plan file: unknown field %q (a plan file has "plans" and "_comment")`, k)
+		}
+	}
+	var rows []json.RawMessage
+	if raw, ok := top["plans"]; !ok {
+		return nil, errors.New(`plan file: "plans" is missing`)
+	} else if json.Unmarshal(raw, &rows) != nil || rows == nil {
+		return nil, errors.New(`plan file: "plans" must be an array of plans, one an object for each tier`)
 	}
 	plans := make(map[Tier]Plan, len(Tiers))
-	for i, p := range f.Plans {
-		where := fmt.Sprintf("plan file: plans[%d] (%q)", i, p.Tier)
-		if _, err := ParseTier(string(p.Tier)); err != nil {
-			return nil, fmt.Errorf("%s: tier must be one of free, premium, pro, enterprise, business", where)
+	for i, row := range rows {
+		p, err := parsePlan(row)
+		if err != nil {
+			return nil, fmt.Errorf("plan file: plans[%d]%s", i, err)
 		}
 		if _, dup := plans[p.Tier]; dup {
-			return nil, fmt.Errorf("%s: tier given twice", where)
+			return nil, fmt.Errorf("plan file: plans[%d] (%q): tier given twice", i, p.Tier)
 		}
-		for name, v := range map[string]*figure{"monthly_calls": p.MonthlyCalls, "per_minute": p.PerMinute, "per_second": p.PerSecond,
-			"max_portfolios": p.MaxPortfolios, "max_active_alerts": p.MaxActiveAlerts} {
-			if v == nil {
-				return nil, fmt.Errorf("%s: %s is missing", where, name)
-			}
-		}
-		if p.Webhooks == nil {
-			return nil, fmt.Errorf("%s: webhooks is missing", where)
-		}
-		for _, v := range []figure{*p.PerMinute, *p.PerSecond} {
-			if v == Unlimited || v == 0 || v > MaxRate {
-				return nil, fmt.Errorf("%s: per_minute and per_second must be whole numbers from 1 to %d", where, MaxRate)
-			}
-		}
-		switch p.Endpoints {
-		case EndpointsNone, EndpointsBasic, EndpointsAll:
-		default:
-			return nil, fmt.Errorf("%s: endpoints must be none, basic or all", where)
-		}
-		if *p.MonthlyCalls == 0 && p.Endpoints != EndpointsNone {
-			return nil, fmt.Errorf(`%s: monthly_calls is 0 but endpoints is %q: give a number above 0, "unlimited", or endpoints "none"`, where, p.Endpoints)
-		}
-		plans[p.Tier] = Plan{
-			Tier: p.Tier, MonthlyCalls: int64(*p.MonthlyCalls), PerMinute: int(*p.PerMinute), PerSecond: int(*p.PerSecond),
-			Endpoints: p.Endpoints, Webhooks: *p.Webhooks, MaxPortfolios: int(*p.MaxPortfolios), MaxActiveAlerts: int(*p.MaxActiveAlerts),
-		}
+		plans[p.Tier] = p
 	}
 	for _, t := range Tiers {
 		if _, ok := plans[t]; !ok {
@@ -167,6 +150,81 @@ func LoadPlans(r io.Reader) (map[Tier]Plan, error) {
 		}
 	}
 	return plans, nil
+}
+
+// parsePlan reads one plan of a plan file. Its errors start with the
+// plan's tier, when known, and name the field: ` ("free"): per_second:
+// want …`.
+func parsePlan(row json.RawMessage) (Plan, error) {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(row, &fields) != nil || fields == nil {
+		return Plan{}, errors.New(": a plan must be an object, as in plans/default.json")
+	}
+	var p Plan
+	var tier string
+	if raw, ok := fields["tier"]; !ok {
+		return Plan{}, errors.New(": tier is missing")
+	} else if json.Unmarshal(raw, &tier) != nil {
+		return Plan{}, fmt.Errorf(": tier must be one of free, premium, pro, enterprise, business, got %s", raw)
+	}
+	where := fmt.Sprintf(" (%q)", tier)
+	t, err := ParseTier(tier)
+	if err != nil || string(t) != tier {
+		return Plan{}, fmt.Errorf("%s: tier must be one of free, premium, pro, enterprise, business", where)
+	}
+	p.Tier = t
+	for k := range fields {
+		if !slices.Contains(planFields, k) {
+			return Plan{}, fmt.Errorf("%s: unknown field %q (a plan has %s)", where, k, strings.Join(planFields, ", "))
+		}
+	}
+	for _, name := range planFields[1:] {
+		raw, ok := fields[name]
+		if !ok {
+			return Plan{}, fmt.Errorf("%s: %s is missing", where, name)
+		}
+		switch name {
+		case "endpoints":
+			if json.Unmarshal(raw, &p.Endpoints) != nil {
+				return Plan{}, fmt.Errorf("%s: endpoints must be none, basic or all, got %s", where, raw)
+			}
+			switch p.Endpoints {
+			case EndpointsNone, EndpointsBasic, EndpointsAll:
+			default:
+				return Plan{}, fmt.Errorf("%s: endpoints must be none, basic or all, got %s", where, raw)
+			}
+		case "webhooks":
+			if json.Unmarshal(raw, &p.Webhooks) != nil {
+				return Plan{}, fmt.Errorf("%s: webhooks must be true or false, got %s", where, raw)
+			}
+		default:
+			n, err := parseFigure(raw)
+			if err != nil {
+				return Plan{}, fmt.Errorf("%s: %s: %w", where, name, err)
+			}
+			switch name {
+			case "monthly_calls":
+				p.MonthlyCalls = n
+			case "per_minute", "per_second":
+				if n == Unlimited || n == 0 || n > MaxRate {
+					return Plan{}, fmt.Errorf("%s: %s must be a whole number from 1 to %d, got %s", where, name, MaxRate, raw)
+				}
+				if name == "per_minute" {
+					p.PerMinute = int(n)
+				} else {
+					p.PerSecond = int(n)
+				}
+			case "max_portfolios":
+				p.MaxPortfolios = int(n)
+			case "max_active_alerts":
+				p.MaxActiveAlerts = int(n)
+			}
+		}
+	}
+	if p.MonthlyCalls == 0 && p.Endpoints != EndpointsNone {
+		return Plan{}, fmt.Errorf(`%s: monthly_calls is 0 but endpoints is %q: give a number above 0, "unlimited", or endpoints "none"`, where, p.Endpoints)
+	}
+	return p, nil
 }
 
 // checkKeys reports a field name that is given twice in one object of

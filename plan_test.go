@@ -90,6 +90,29 @@ func TestLoadPlansRejects(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
+	// Each error says where it is and what is wanted, in the file's words.
+	for file, want := range map[string]string{
+		all(strings.Replace(row("free", ""), `"per_second":5`, `"per_second":5.5`, 1)):  `plan file: plans[0] ("free"): per_second: want a whole number >= 0 or "unlimited", got 5.5`,
+		all(strings.Replace(row("free", ""), `"per_minute":60`, `"per_minute":0`, 1)):   `plan file: plans[0] ("free"): per_minute must be a whole number from 1 to 1000000000, got 0`,
+		all(strings.Replace(row("free", ""), `"webhooks":true`, `"webhooks":"yes"`, 1)): `plan file: plans[0] ("free"): webhooks must be true or false, got "yes"`,
+		all(strings.Replace(row("free", ""), `"all"`, `["all"]`, 1)):                    `plan file: plans[0] ("free"): endpoints must be none, basic or all, got ["all"]`,
+		all(row("free", `,"per_hour":3`)):                                               `plan file: plans[0] ("free"): unknown field "per_hour" (a plan has tier, monthly_calls, per_minute, per_second, endpoints, webhooks, max_portfolios, max_active_alerts)`,
+		all(`{"tier":5}`):                                                               `plan file: plans[0]: tier must be one of free, premium, pro, enterprise, business, got 5`,
+		all(`[]`):                                                                       `plan file: plans[0]: a plan must be an object, as in plans/default.json`,
+		`{"plans":{}}`:                                                                  `plan file: "plans" must be an array of plans, one an object for each tier`,
+		`[]`:                                                                            `plan file: want an object with a "plans" array, as plans/default.json`,
+		`{"_comment":1,"plans":[]}`:                                                     `plan file: _comment must be a string`,
+		`{"plan":[]}`:                                                                   `plan file: unknown field "plan" (a plan file has "plans" and "_comment")`,
+		`{"_comment":"no plans yet"}`:                                                   `plan file: "plans" is missing`,
+	} {
+		if _, err := LoadPlans(strings.NewReader(file)); err == nil || err.Error() != want {
+			t.Errorf("%s:\n got %v\nwant %s", file, err, want)
+		}
+	}
+	// A byte order mark, which some editors write first, is skipped.
+	if _, err := LoadPlans(strings.NewReader("\ufeff" + all(row("free", "")))); err != nil {
+		t.Errorf("a file starting with a byte order mark: %v", err)
+	}
 	// A file in another format is told it must be JSON, where it stops.
 	_, err := LoadPlans(strings.NewReader("# plans\n[[plans]]\ntier = \"free\"\n"))
 	if want := "plan file: not JSON (line 1: invalid character '#' looking for beginning of value); a plan file is JSON, as plans/default.json (TOML and YAML are not read)"; err == nil || err.Error() != want {
