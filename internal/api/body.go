@@ -130,7 +130,9 @@ func (b *body) text(name string, required bool, min, max int) (s string, ok bool
 }
 
 // amount reads a decimal amount given as a JSON number or a string holding
-// one, within the ledger's bounds; positive demands > 0, else >= 0.
+// one, within the ledger's bounds; positive demands > 0, else >= 0. A
+// string holds a plain decimal, as the API documents: digits, optionally
+// a point and more digits, no sign and no exponent ("0.1", not "1e-1").
 func (b *body) amount(name string, positive bool) (decimal.Decimal, bool) {
 	v, present := b.raw(name, true)
 	if !present {
@@ -140,6 +142,10 @@ func (b *body) amount(name string, positive bool) (decimal.Decimal, bool) {
 	if v[0] == '"' {
 		if err := json.Unmarshal(v, &s); err != nil {
 			b.fail(name, "must be a number")
+			return decimal.Decimal{}, false
+		}
+		if strings.ContainsAny(s, "eE+-") {
+			b.fail(name, `must be a number, or a string of a plain decimal such as "0.1" (digits, optionally a point and more digits)`)
 			return decimal.Decimal{}, false
 		}
 	}
