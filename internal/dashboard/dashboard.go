@@ -153,11 +153,33 @@ func New(cfg Config) *Dashboard {
 	m.HandleFunc("POST "+basePath+"/data/keys", d.dataCreateKey)
 	m.HandleFunc("POST "+basePath+"/data/keys/{id}/revoke", d.dataRevoke)
 	m.HandleFunc("GET "+basePath+"/data/usage", d.dataUsage)
-	m.HandleFunc(basePath+"/data/", func(w http.ResponseWriter, r *http.Request) {
-		d.jsonError(w, coinpulse.Errorf(coinpulse.CodeNotFound, "No dashboard endpoint %s %s.", r.Method, truncate(r.URL.Path, 200)))
-	})
+	m.HandleFunc(dataFallback, d.dataNotServed)
 	m.HandleFunc(basePath+"/", d.notFound)
 	return d
+}
+
+// dataFallback is the pattern of the JSON paths no data endpoint serves.
+const dataFallback = basePath + "/data/"
+
+// dataNotServed answers a JSON request no data endpoint serves: 405
+// METHOD_NOT_ALLOWED with Allow when its path is served with other
+// methods, as the API answers, else 404 RESOURCE_NOT_FOUND.
+func (d *Dashboard) dataNotServed(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		probe := r.WithContext(r.Context())
+		probe.Method = m
+		if _, pattern := d.mux.Handler(probe); pattern != dataFallback {
+			allow = append(allow, m)
+		}
+	}
+	path := truncate(r.URL.Path, 200)
+	if len(allow) == 0 {
+		d.jsonError(w, coinpulse.Errorf(coinpulse.CodeNotFound, "No dashboard endpoint %s %s.", r.Method, path))
+		return
+	}
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	d.jsonError(w, coinpulse.Errorf(coinpulse.CodeMethodNotAllowed, "%s is not allowed on %s; allowed: %s.", r.Method, path, strings.Join(allow, ", ")))
 }
 
 // Handler returns the handler of every path under /user/api (the path
@@ -174,7 +196,11 @@ func (d *Dashboard) Handler() http.Handler {
 			h.Set("Strict-Transport-Security", "max-age=31536000")
 		}
 		if r.ContentLength > maxBody {
-			http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+			if strings.HasPrefix(r.URL.Path, dataFallback) {
+				d.jsonError(w, coinpulse.Errorf(coinpulse.CodePayloadTooLarge, "The request body is over %d bytes.", maxBody))
+			} else {
+				d.render(w, r, http.StatusRequestEntityTooLarge, "error", &page{Title: "Too large", Error: "What was sent is too large."})
+			}
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxBody)

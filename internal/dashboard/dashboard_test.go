@@ -729,6 +729,28 @@ func TestJSON(t *testing.T) {
 	if p := c.get("/user/api/data/nope"); p.status != http.StatusNotFound || !strings.Contains(p.body, `"RESOURCE_NOT_FOUND"`) {
 		t.Errorf("unknown data path: %d %s", p.status, p.body)
 	}
+	// A served path with another method is 405 with Allow, as in the API.
+	for _, c2 := range []struct{ method, path, allow string }{
+		{"DELETE", "/user/api/data/keys", "GET, HEAD, POST"},
+		{"PUT", "/user/api/data/account", "GET, HEAD"},
+		{"GET", fmt.Sprintf("/user/api/data/keys/%d/revoke", created.Data.ID), "POST"},
+	} {
+		p := c.do(c2.method, c2.path, nil, "X-CSRF-Token", tok)
+		if p.status != http.StatusMethodNotAllowed || p.header.Get("Allow") != c2.allow || !strings.Contains(p.body, `"code":"METHOD_NOT_ALLOWED"`) ||
+			!strings.HasPrefix(p.header.Get("Content-Type"), "application/json") {
+			t.Errorf("%s %s: %d, Allow %q, %s", c2.method, c2.path, p.status, p.header.Get("Allow"), p.body)
+		}
+	}
+	// A declared body over the limit is 413 in JSON on a data path, a page
+	// elsewhere.
+	big := strings.Repeat("x", 70<<10)
+	if p := post("/user/api/data/keys", big); p.status != http.StatusRequestEntityTooLarge || !strings.Contains(p.body, `"code":"PAYLOAD_TOO_LARGE"`) ||
+		!strings.HasPrefix(p.header.Get("Content-Type"), "application/json") {
+		t.Errorf("a large body to a data path: %d %q %s", p.status, p.header.Get("Content-Type"), p.body)
+	}
+	if p := c.do("POST", "/user/api/keys", url.Values{"name": {big}}); p.status != http.StatusRequestEntityTooLarge || !strings.HasPrefix(p.header.Get("Content-Type"), "text/html") {
+		t.Errorf("a large form: %d %q", p.status, p.header.Get("Content-Type"))
+	}
 }
 
 // The JSON endpoints are the ones openapi.json documents under /user/api.
