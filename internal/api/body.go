@@ -27,8 +27,9 @@ type body struct {
 
 // readBody reads r's body as a JSON object with only the allowed fields.
 // An empty body reads as {}. Over the size limit is PAYLOAD_TOO_LARGE;
-// anything that is not a JSON object, or names an unknown field, is a
-// VALIDATION_ERROR.
+// anything that is not a JSON object of UTF-8 text, names an unknown
+// field, or gives a field twice (encoding/json would keep the last, so
+// {"type":"buy",…,"type":"sell"} would sell) is a VALIDATION_ERROR.
 func readBody(r *http.Request, allowed ...string) (*body, error) {
 	raw, err := io.ReadAll(r.Body)
 	if err != nil {
@@ -47,8 +48,15 @@ func readBody(r *http.Request, allowed ...string) (*body, error) {
 	if raw[0] != '{' {
 		return nil, coinpulse.Errorf(coinpulse.CodeValidation, "The request body must be a JSON object.")
 	}
+	if !utf8.Valid(raw) {
+		return nil, coinpulse.Errorf(coinpulse.CodeValidation, "The request body is not valid UTF-8, which JSON text must be.")
+	}
 	if err := json.Unmarshal(raw, &b.fields); err != nil {
 		return nil, coinpulse.Errorf(coinpulse.CodeValidation, "The request body is not valid JSON: %s.", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	takes := "this endpoint takes " + strings.Join(allowed, ", ")
+	if len(allowed) == 0 {
+		takes = "this endpoint takes no fields (send {} or no body)"
 	}
 	var unknown []string
 	for name := range b.fields {
@@ -58,13 +66,50 @@ func readBody(r *http.Request, allowed ...string) (*body, error) {
 	}
 	slices.Sort(unknown)
 	for _, name := range unknown {
-		field := truncate(name, 50)
-		if field == "" {
-			field = `""`
+		b.fail(fieldName(name), "unknown field; "+takes)
+	}
+	for _, name := range repeatedNames(raw) {
+		if slices.Contains(allowed, name) {
+			b.fail(fieldName(name), "given more than once")
 		}
-		b.fail(field, "unknown field; this endpoint takes "+strings.Join(allowed, ", "))
 	}
 	return b, nil
+}
+
+// fieldName is how a field a client named is shown in an error.
+func fieldName(name string) string {
+	if name == "" {
+		return `""`
+	}
+	return truncate(name, 50)
+}
+
+// repeatedNames returns the names given more than once in the JSON object
+// raw, which json.Unmarshal has accepted, in the order of their second
+// occurrence. Names are compared unescaped: "typ\u0065" is "type".
+func repeatedNames(raw []byte) []string {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if _, err := dec.Token(); err != nil { // {
+		return nil
+	}
+	seen := make(map[string]bool)
+	var repeated []string
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return repeated
+		}
+		name, _ := tok.(string)
+		if seen[name] && !slices.Contains(repeated, name) {
+			repeated = append(repeated, name)
+		}
+		seen[name] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return repeated
+		}
+	}
+	return repeated
 }
 
 func (b *body) fail(field, message string) {

@@ -246,6 +246,10 @@ func TestPortfolioValidation(t *testing.T) {
 		{"minus zero in a string", "POST", holdings, `{"coin_id":"bitcoin","quantity":1,"buy_price":"-0"}`, "buy_price"},
 		{"plus in a string", "POST", holdings, `{"coin_id":"bitcoin","quantity":"+1","buy_price":1}`, "quantity"},
 		{"exponent in a sell's strings", "POST", sellURL, `{"quantity":"1e-1","sell_price":"2e1"}`, "quantity"},
+		{"type given twice", "POST", "/api/v1/portfolio/transactions", fmt.Sprintf(`{"portfolio_id":%d,"coin_id":"bitcoin","type":"buy","quantity":0.5,"price":1,"type":"sell"}`, p.ID), "type"},
+		{"type given twice, once escaped", "POST", "/api/v1/portfolio/transactions", fmt.Sprintf(`{"portfolio_id":%d,"coin_id":"bitcoin","type":"buy","quantity":0.5,"price":1,"typ\u0065":"sell"}`, p.ID), "type"},
+		{"name given twice", "POST", "/api/v1/portfolio", `{"name":"a","name":"b"}`, "name"},
+		{"a field where none is taken", "POST", fmt.Sprintf("/api/v1/portfolio/%d/sync", p.ID), `{"x":1}`, "x"},
 		{"bool quantity", "POST", holdings, `{"coin_id":"bitcoin","quantity":true,"buy_price":1}`, "quantity"},
 		{"huge quantity", "POST", holdings, `{"coin_id":"bitcoin","quantity":1e15,"buy_price":1}`, "quantity"},
 		{"absurd exponent", "POST", holdings, `{"coin_id":"bitcoin","quantity":1e999999999,"buy_price":1}`, "quantity"},
@@ -273,6 +277,21 @@ func TestPortfolioValidation(t *testing.T) {
 				t.Errorf("error %q, details %v: want one naming %s", res.Error.Message, res.Error.Details, tt.field)
 			}
 		})
+	}
+	// A body that is not UTF-8 is refused, not stored with U+FFFD.
+	for _, method := range []string{"POST", "PATCH"} {
+		target := "/api/v1/portfolio"
+		if method == "PATCH" {
+			target = fmt.Sprintf("/api/v1/portfolio/%d", p.ID)
+		}
+		res := send(t, srv, method, target, key, "{\"name\":\"\xff\xfe\"}")
+		wantError(t, res, http.StatusUnprocessableEntity, coinpulse.CodeValidation)
+		if !strings.Contains(res.Error.Message, "UTF-8") {
+			t.Errorf("%s with a name not in UTF-8: %q", method, res.Error.Message)
+		}
+	}
+	if res := send(t, srv, "POST", fmt.Sprintf("/api/v1/portfolio/%d/sync", p.ID), key, `{"x":1}`); res.Error.Message != "invalid x: unknown field; this endpoint takes no fields (send {} or no body)" {
+		t.Errorf("a field where none is taken: %+v", res.Error)
 	}
 	wantError(t, send(t, srv, "PATCH", fmt.Sprintf("/api/v1/portfolio/%d", p.ID), key, `{"name":null}`), http.StatusUnprocessableEntity, coinpulse.CodeValidation)
 	wantError(t, send(t, srv, "POST", fmt.Sprintf("/api/v1/portfolio/%d/sync", p.ID), key, `{"force":true}`), http.StatusUnprocessableEntity, coinpulse.CodeValidation)

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // The hand-written meta encoder gives exactly encoding/json's bytes.
@@ -77,5 +78,24 @@ func TestWriteRawContentLength(t *testing.T) {
 			}
 		}
 		srv.Close()
+	}
+}
+
+// truncate never cuts a character in two: an echoed id or field name of
+// multi-byte characters stays valid UTF-8.
+func TestTruncateAtACharacter(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"short", 50, "short"},
+		{"abcdef", 3, "abc…"},
+		{strings.Repeat("€", 30), 50, strings.Repeat("€", 16) + "…"}, // 48 bytes, not 50
+		{"é", 1, "…"},
+	} {
+		if got := truncate(c.in, c.n); got != c.want || !utf8.ValidString(got) {
+			t.Errorf("truncate(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
+		}
 	}
 }

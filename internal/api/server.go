@@ -17,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"coinpulse"
 	"coinpulse/internal/market"
@@ -465,11 +466,15 @@ func (r *statusRecorder) Header() http.Header         { return r.header }
 func (r *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
 func (r *statusRecorder) WriteHeader(status int)      { r.status = status }
 
+// truncate cuts s to at most n bytes and a "…", at a character boundary.
 func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
+	if len(s) <= n {
+		return s
 	}
-	return s
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n-- // not in the middle of a character
+	}
+	return s[:n] + "…"
 }
 
 // wrap turns a route's handler into an http.Handler with the body limit,

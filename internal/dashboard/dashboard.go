@@ -28,6 +28,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"coinpulse"
 )
@@ -346,11 +347,15 @@ func checkPreToken(r *http.Request) bool {
 	return err == nil && validToken(c.Value) && tokensEqual(r.PostFormValue("csrf"), c.Value)
 }
 
+// truncate cuts s to at most n bytes and a "…", at a character boundary.
 func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
+	if len(s) <= n {
+		return s
 	}
-	return s
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n-- // not in the middle of a character
+	}
+	return s[:n] + "…"
 }
 
 // clientIP is the address failed log-ins are counted under: the peer's.
