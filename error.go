@@ -10,8 +10,9 @@ import (
 type Code string
 
 // The error kinds of the SPEC's table, plus the two that account management
-// needs (KEY_LIMIT_REACHED, CONFLICT), and ALERT_LIMIT_REACHED, the alerts'
-// counterpart of PORTFOLIO_LIMIT_REACHED.
+// needs (KEY_LIMIT_REACHED, CONFLICT), ALERT_LIMIT_REACHED, the alerts'
+// counterpart of PORTFOLIO_LIMIT_REACHED, and REQUEST_TIMEOUT, for a body
+// that does not arrive in time.
 const (
 	CodeInvalidAPIKey         Code = "INVALID_API_KEY"
 	CodeExpiredSubscription   Code = "EXPIRED_SUBSCRIPTION"
@@ -23,6 +24,7 @@ const (
 	CodeMethodNotAllowed      Code = "METHOD_NOT_ALLOWED"
 	CodeConflict              Code = "CONFLICT"
 	CodePayloadTooLarge       Code = "PAYLOAD_TOO_LARGE"
+	CodeRequestTimeout        Code = "REQUEST_TIMEOUT"
 	CodeValidation            Code = "VALIDATION_ERROR"
 	CodeRateLimitExceeded     Code = "RATE_LIMIT_EXCEEDED"
 	CodeServerError           Code = "SERVER_ERROR"
@@ -113,6 +115,8 @@ func (c Code) Status() int {
 		return http.StatusConflict
 	case CodePayloadTooLarge:
 		return http.StatusRequestEntityTooLarge
+	case CodeRequestTimeout:
+		return http.StatusRequestTimeout
 	case CodeValidation:
 		return http.StatusUnprocessableEntity
 	case CodeRateLimitExceeded:

@@ -1,8 +1,13 @@
 package api
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -537,5 +542,71 @@ func TestNotReady(t *testing.T) {
 	}
 	if res := do(t, testServer(t), "GET", "/readyz", ""); res.Status != 200 {
 		t.Errorf("readyz when loaded: %d %s", res.Status, res.Raw)
+	}
+}
+
+// A client that declares a body and does not send it all gets 408
+// REQUEST_TIMEOUT once the body timeout has passed, and its connection is
+// closed, rather than holding the request open; a body sent in time lifts
+// the deadline, so a keep-alive connection goes on serving afterwards.
+func TestBodyTimeout(t *testing.T) {
+	testServer(t)
+	srv := New(Config{Store: shared.store, Market: shared.engine, Log: quiet, BodyTimeout: 300 * time.Millisecond})
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	key := proKey(t)
+	dial := func() (net.Conn, *bufio.Reader) {
+		c, err := net.Dial("tcp", hs.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second)) // the test fails rather than hangs
+		return c, bufio.NewReader(c)
+	}
+	post := func(c net.Conn, declared int, body string) {
+		fmt.Fprintf(c, "POST /api/v1/portfolio HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", key, declared, body)
+	}
+
+	c, br := dial()
+	defer c.Close()
+	start := time.Now()
+	post(c, 100, `{"name":"sl`) // 11 of 100 bytes, then nothing
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body: %v", err)
+	}
+	raw, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	var env struct {
+		Error struct{ Code, Message string }
+	}
+	if json.Unmarshal(raw, &env); res.StatusCode != http.StatusRequestTimeout || env.Error.Code != string(coinpulse.CodeRequestTimeout) {
+		t.Fatalf("a stalled body: %d %s", res.StatusCode, raw)
+	}
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Errorf("answered after %v, before the timeout", took)
+	}
+	if _, err := br.ReadByte(); err == nil {
+		t.Error("the connection stayed open after the timeout")
+	}
+
+	// In time, twice on one connection, the second after the timeout has
+	// passed since the first began.
+	c2, br2 := dial()
+	defer c2.Close()
+	for i, body := range []string{`{"name":"in time"}`, `{"name":"later"}`} {
+		if i == 1 {
+			time.Sleep(500 * time.Millisecond)
+		}
+		post(c2, len(body), body)
+		res, err := http.ReadResponse(br2, nil)
+		if err != nil {
+			t.Fatalf("request %d on a keep-alive connection: %v", i+1, err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusCreated {
+			t.Fatalf("request %d: %d", i+1, res.StatusCode)
+		}
 	}
 }

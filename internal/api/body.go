@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,6 +37,9 @@ func readBody(r *http.Request, allowed ...string) (*body, error) {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			return nil, coinpulse.Errorf(coinpulse.CodePayloadTooLarge, "The request body is over the limit of %d bytes.", tooLarge.Limit)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, bodyTimeout()
 		}
 		return nil, coinpulse.Errorf(coinpulse.CodeValidation, "The request body could not be read.")
 	}
@@ -279,4 +283,50 @@ func (b *body) executedAt(now time.Time) time.Time {
 		return now
 	}
 	return t.UTC()
+}
+
+// DefaultBodyTimeout is how long a client may take, by default, to send a
+// request's body: a 64 KiB body at 2 KiB a second.
+const DefaultBodyTimeout = 30 * time.Second
+
+// deadlineBody bounds the time a client may take to send a request's
+// body. The connection's read deadline is set when the request starts and
+// lifted as soon as the body has been read to its end, so
+// that a client that declares a body and never finishes it holds neither
+// the request, nor its goroutine, nor its connection past the deadline,
+// while the handler, once it has the body, may take as long as it needs.
+// A read past the deadline fails with os.ErrDeadlineExceeded, which the
+// readers of bodies answer with REQUEST_TIMEOUT. A body left unread, or
+// failed, keeps the deadline: net/http reads what is left of it before
+// it answers (to reuse the connection), and the deadline bounds that too.
+type deadlineBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	done bool
+}
+
+// newDeadlineBody sets w's connection's read deadline to timeout from now
+// and returns body, which lifts it once read. Where the connection does
+// not support deadlines, body is returned as it is.
+func newDeadlineBody(w http.ResponseWriter, body io.ReadCloser, timeout time.Duration) io.ReadCloser {
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(time.Now().Add(timeout)) != nil {
+		return body
+	}
+	return &deadlineBody{ReadCloser: body, rc: rc}
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.done {
+		b.done = true
+		b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
+// bodyTimeout is the REQUEST_TIMEOUT of a request whose body did not
+// arrive within its deadline.
+func bodyTimeout() error {
+	return coinpulse.Errorf(coinpulse.CodeRequestTimeout, "The request body did not arrive in time: send the whole body promptly after the headers.")
 }

@@ -33,6 +33,9 @@ type Config struct {
 	Plans  map[coinpulse.Tier]coinpulse.Plan
 	// MaxBody is the largest request body accepted (default 64 KiB).
 	MaxBody int64
+	// BodyTimeout is the longest a client may take to send a request's
+	// body, from the start of the request (default DefaultBodyTimeout).
+	BodyTimeout time.Duration
 	// Limiter holds keyed calls to their plan's limits; nil turns rate
 	// limiting off.
 	Limiter coinpulse.Limiter
@@ -74,7 +77,9 @@ type Server struct {
 	// plans are the plans in force: SetPlans replaces them.
 	plans   atomic.Pointer[map[coinpulse.Tier]coinpulse.Plan]
 	maxBody int64
-	keys    *keyCache
+	// bodyTimeout is Config.BodyTimeout.
+	bodyTimeout time.Duration
+	keys        *keyCache
 	// unchecked holds the keys whose streams' last recheck the store
 	// failed; watchStreams tries them again.
 	unchecked keySet
@@ -158,7 +163,7 @@ var Prefixes = []string{"/api/v1", "/v1"}
 func New(cfg Config) *Server {
 	s := &Server{
 		store: cfg.Store, market: cfg.Market, clock: cfg.Clock, log: cfg.Log,
-		maxBody: cfg.MaxBody, mux: http.NewServeMux(),
+		maxBody: cfg.MaxBody, bodyTimeout: cfg.BodyTimeout, mux: http.NewServeMux(),
 		limiter: cfg.Limiter, sandboxLimits: DefaultSandboxLimits, meterer: cfg.Meter,
 		alertIndex: cfg.AlertIndex, deliveries: cfg.Deliveries, webhookAllowPrivate: cfg.WebhookAllowPrivate,
 		resolver: cfg.Resolver, dashboard: cfg.Dashboard, stopping: make(chan struct{}),
@@ -179,6 +184,9 @@ func New(cfg Config) *Server {
 	s.plans.Store(&plans)
 	if s.maxBody <= 0 {
 		s.maxBody = 64 << 10
+	}
+	if s.bodyTimeout <= 0 {
+		s.bodyTimeout = DefaultBodyTimeout
 	}
 	ttl := cfg.KeyCacheTTL
 	if ttl <= 0 {
@@ -392,6 +400,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header()["X-Request-Id"] = []string{id}
 	e := &exchange{ResponseWriter: w, id: id, status: http.StatusOK}
 	defer s.recoverPanic(e, r)
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = newDeadlineBody(w, r.Body, s.bodyTimeout)
+	}
 	if s.dashboard != nil && (r.URL.Path == "/user/api" || strings.HasPrefix(r.URL.Path, "/user/api/")) {
 		s.dashboard.ServeHTTP(e, r)
 		return

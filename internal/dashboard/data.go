@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -191,6 +192,10 @@ func (d *Dashboard) dataCreateKey(w http.ResponseWriter, r *http.Request) {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			d.jsonError(w, coinpulse.Errorf(coinpulse.CodePayloadTooLarge, "The request body is over %d bytes.", maxBody))
+			return
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			d.jsonError(w, coinpulse.Errorf(coinpulse.CodeRequestTimeout, "The request body did not arrive in time: send the whole body promptly after the headers."))
 			return
 		}
 		d.jsonError(w, coinpulse.Errorf(coinpulse.CodeValidation, "The body must be one JSON object {\"name\", \"mode\", \"permissions\"}."))
