@@ -160,13 +160,14 @@ func (b *body) events(name string) []string {
 	if !present {
 		return []string{coinpulse.EventAlertTriggered}
 	}
-	var list []string
-	if json.Unmarshal(v, &list) != nil || len(list) == 0 {
+	var list []*string // a null entry is not "" but a mistake
+	if json.Unmarshal(v, &list) != nil || len(list) == 0 || slices.Contains(list, nil) {
 		b.fail(name, "must be a non-empty array of event types: "+strings.Join(coinpulse.EventTypes, ", "))
 		return nil
 	}
 	out := make([]string, 0, len(list))
-	for _, e := range list {
+	for _, p := range list {
+		e := *p
 		if !slices.Contains(coinpulse.EventTypes, e) {
 			b.fail(name, "unknown event type "+truncateQuote(e)+"; known: "+strings.Join(coinpulse.EventTypes, ", "))
 			return nil

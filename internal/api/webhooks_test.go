@@ -101,6 +101,8 @@ func TestWebhookValidation(t *testing.T) {
 		{`{"url":"` + publicHook + `","events":[]}`, "events", "non-empty"},
 		{`{"url":"` + publicHook + `","events":"alert.triggered"}`, "events", "array"},
 		{`{"url":"` + publicHook + `","events":[1]}`, "events", "array"},
+		{`{"url":"` + publicHook + `","events":[null]}`, "events", "array of event types"},
+		{`{"url":"` + publicHook + `","url":"` + publicHook + `"}`, "url", "more than once"},
 		{`{"url":"` + publicHook + `","description":"` + strings.Repeat("d", 501) + `"}`, "description", "500"},
 		{`{"url":"` + publicHook + `","secret":"whsec_mine"}`, "secret", "unknown field"},
 	} {
