@@ -997,3 +997,19 @@ func TestUsageAsksTheLimiterOnce(t *testing.T) {
 		}
 	}
 }
+
+// A HEAD is a GET without its body: authenticated, limited and counted.
+func TestHeadIsCountedLikeGet(t *testing.T) {
+	t.Parallel()
+	srv := newLimitedServer(t, nil)
+	key, _ := newKey(t, newUser(t, coinpulse.TierFree, nil), coinpulse.ModeLive, rw, nil)
+	for i, method := range []string{"GET", "HEAD", "GET"} {
+		res := do(t, srv.Server, method, "/api/v1/markets/global", key)
+		if res.Status != http.StatusOK || res.Header.Get("X-RateLimit-Remaining") != fmt.Sprint(4-i) {
+			t.Errorf("%s, call %d: %d, X-RateLimit-Remaining %q, want 200 and %d", method, i+1, res.Status, res.Header.Get("X-RateLimit-Remaining"), 4-i)
+		}
+	}
+	if res := do(t, srv.Server, "HEAD", "/api/v1/markets/global", ""); res.Status != http.StatusUnauthorized {
+		t.Errorf("HEAD without a key: %d, want 401", res.Status)
+	}
+}
