@@ -221,6 +221,9 @@ func parsePlan(row json.RawMessage) (Plan, error) {
 			}
 		}
 	}
+	if p.PerSecond > p.PerMinute {
+		return Plan{}, fmt.Errorf("%s: per_second (%d) is above per_minute (%d): the minute would always bind first; swapped?", where, p.PerSecond, p.PerMinute)
+	}
 	if p.MonthlyCalls == 0 && p.Endpoints != EndpointsNone {
 		return Plan{}, fmt.Errorf(`%s: monthly_calls is 0 but endpoints is %q: give a number above 0, "unlimited", or endpoints "none"`, where, p.Endpoints)
 	}

@@ -59,7 +59,7 @@ func TestLoadPlansRejects(t *testing.T) {
 	if _, err := LoadPlans(strings.NewReader(all(row("free", "")))); err != nil {
 		t.Fatalf("a valid file: %v", err)
 	}
-	fastest := strings.Replace(all(strings.Replace(row("free", ""), `"per_second":5`, `"per_second":1000000000`, 1)),
+	fastest := strings.Replace(all(strings.Replace(strings.Replace(row("free", ""), `"per_minute":60`, `"per_minute":1000000000`, 1), `"per_second":5`, `"per_second":1000000000`, 1)),
 		`{"plans":`, `{"_comment":"x","plans":`, 1) + "\n"
 	if plans, err := LoadPlans(strings.NewReader(fastest)); err != nil || plans[TierFree].PerSecond != MaxRate {
 		t.Fatalf("per_second of MaxRate, a trailing newline: %v", err)
@@ -95,6 +95,7 @@ func TestLoadPlansRejects(t *testing.T) {
 		all(strings.Replace(row("free", ""), `"per_second":5`, `"per_second":5.5`, 1)):  `plan file: plans[0] ("free"): per_second: want a whole number >= 0 or "unlimited", got 5.5`,
 		all(strings.Replace(row("free", ""), `"per_minute":60`, `"per_minute":0`, 1)):   `plan file: plans[0] ("free"): per_minute must be a whole number from 1 to 1000000000, got 0`,
 		all(strings.Replace(row("free", ""), `"webhooks":true`, `"webhooks":"yes"`, 1)): `plan file: plans[0] ("free"): webhooks must be true or false, got "yes"`,
+		all(strings.Replace(row("free", ""), `"per_second":5`, `"per_second":61`, 1)):   `plan file: plans[0] ("free"): per_second (61) is above per_minute (60): the minute would always bind first; swapped?`,
 		all(strings.Replace(row("free", ""), `"all"`, `["all"]`, 1)):                    `plan file: plans[0] ("free"): endpoints must be none, basic or all, got ["all"]`,
 		all(row("free", `,"per_hour":3`)):                                               `plan file: plans[0] ("free"): unknown field "per_hour" (a plan has tier, monthly_calls, per_minute, per_second, endpoints, webhooks, max_portfolios, max_active_alerts)`,
 		all(`{"tier":5}`):                                                               `plan file: plans[0]: tier must be one of free, premium, pro, enterprise, business, got 5`,
@@ -125,8 +126,9 @@ func TestLoadPlansRejects(t *testing.T) {
 }
 
 // FuzzLoadPlans: whatever the file, LoadPlans errs or returns a plan for
-// every tier, each with rates from 1 to MaxRate and allowances that are
-// Unlimited or above 0 (0 monthly calls only without API access).
+// every tier, each with rates from 1 to MaxRate (per second at most per
+// minute) and allowances that are Unlimited or above 0 (0 monthly calls
+// only without API access).
 func FuzzLoadPlans(f *testing.F) {
 	for _, path := range []string{"plans/default.json", "plans/pro-only.json"} {
 		b, err := os.ReadFile(path)
@@ -154,7 +156,7 @@ func FuzzLoadPlans(f *testing.F) {
 			if !ok || p.Tier != tier {
 				t.Fatalf("tier %s: %+v", tier, p)
 			}
-			if p.PerSecond < 1 || p.PerSecond > MaxRate || p.PerMinute < 1 || p.PerMinute > MaxRate {
+			if p.PerSecond < 1 || p.PerSecond > MaxRate || p.PerMinute < 1 || p.PerMinute > MaxRate || p.PerSecond > p.PerMinute {
 				t.Fatalf("%s: rates %d/s %d/min", tier, p.PerSecond, p.PerMinute)
 			}
 			if p.MonthlyCalls != Unlimited && p.MonthlyCalls < 0 || p.MonthlyCalls == 0 && p.Endpoints != EndpointsNone {

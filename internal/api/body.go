@@ -291,10 +291,10 @@ const DefaultBodyTimeout = 30 * time.Second
 
 // deadlineBody bounds the time a client may take to send a request's
 // body. The connection's read deadline is set when the request starts and
-// lifted as soon as the body has been read to its end, so
-// that a client that declares a body and never finishes it holds neither
-// the request, nor its goroutine, nor its connection past the deadline,
-// while the handler, once it has the body, may take as long as it needs.
+// lifted as soon as the body has been read to its end, so that a client
+// that declares a body and never finishes it holds neither the request,
+// nor its goroutine, nor its connection past the deadline, while the
+// handler, once it has the body, may take as long as it needs.
 // A read past the deadline fails with os.ErrDeadlineExceeded, which the
 // readers of bodies answer with REQUEST_TIMEOUT. A body left unread, or
 // failed, keeps the deadline: net/http reads what is left of it before
