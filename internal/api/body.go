@@ -16,6 +16,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"coinpulse"
+	"coinpulse/internal/jsontext"
 	"coinpulse/internal/ledger"
 )
 
@@ -72,7 +73,7 @@ func readBody(r *http.Request, allowed ...string) (*body, error) {
 	for _, name := range unknown {
 		b.fail(fieldName(name), "unknown field; "+takes)
 	}
-	for _, name := range repeatedNames(raw) {
+	for _, name := range jsontext.RepeatedNames(raw) {
 		if slices.Contains(allowed, name) {
 			b.fail(fieldName(name), "given more than once")
 		}
@@ -86,34 +87,6 @@ func fieldName(name string) string {
 		return `""`
 	}
 	return truncate(name, 50)
-}
-
-// repeatedNames returns the names given more than once in the JSON object
-// raw, which json.Unmarshal has accepted, in the order of their second
-// occurrence. Names are compared unescaped: "typ\u0065" is "type".
-func repeatedNames(raw []byte) []string {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if _, err := dec.Token(); err != nil { // {
-		return nil
-	}
-	seen := make(map[string]bool)
-	var repeated []string
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return repeated
-		}
-		name, _ := tok.(string)
-		if seen[name] && !slices.Contains(repeated, name) {
-			repeated = append(repeated, name)
-		}
-		seen[name] = true
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return repeated
-		}
-	}
-	return repeated
 }
 
 func (b *body) fail(field, message string) {

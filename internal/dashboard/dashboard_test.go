@@ -685,7 +685,8 @@ func TestJSON(t *testing.T) {
 	if list := c.get("/user/api/data/keys"); list.status != http.StatusOK || strings.Contains(list.body, created.Data.APIKey) || !strings.Contains(list.body, created.Data.Key) {
 		t.Errorf("list: %d %s", list.status, list.body)
 	}
-	for _, bad := range []string{`{"name":"","mode":"live","permissions":["read"]}`, `{"name":"x","mode":"live","permissions":[]}`, `{"name":"x","mode":"live","permissions":["read"],"extra":1}`, `[]`} {
+	for _, bad := range []string{`{"name":"","mode":"live","permissions":["read"]}`, `{"name":"x","mode":"live","permissions":[]}`, `{"name":"x","mode":"live","permissions":["read"],"extra":1}`, `[]`,
+		`{"name":"x","mode":"test","permissions":["read"],"mode":"live"}`, "{\"name\":\"\xff\",\"mode\":\"live\",\"permissions\":[\"read\"]}"} {
 		if p := post("/user/api/data/keys", bad); p.status != http.StatusUnprocessableEntity || !strings.Contains(p.body, `"VALIDATION_ERROR"`) {
 			t.Errorf("%s: %d %s", bad, p.status, p.body)
 		}

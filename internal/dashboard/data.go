@@ -1,14 +1,18 @@
 package dashboard
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"coinpulse"
+	"coinpulse/internal/jsontext"
 )
 
 // The JSON endpoints under /user/api/data answer in the API's envelope:
@@ -186,19 +190,24 @@ func (d *Dashboard) dataCreateKey(w http.ResponseWriter, r *http.Request) {
 		Mode        string   `json:"mode"`
 		Permissions []string `json:"permissions"`
 	}
-	dec := json.NewDecoder(r.Body)
+	raw, err := io.ReadAll(r.Body)
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		d.jsonError(w, coinpulse.Errorf(coinpulse.CodePayloadTooLarge, "The request body is over %d bytes.", maxBody))
+		return
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		d.jsonError(w, coinpulse.Errorf(coinpulse.CodeRequestTimeout, "The request body did not arrive in time: send the whole body promptly after the headers."))
+		return
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil || dec.More() {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			d.jsonError(w, coinpulse.Errorf(coinpulse.CodePayloadTooLarge, "The request body is over %d bytes.", maxBody))
-			return
-		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			d.jsonError(w, coinpulse.Errorf(coinpulse.CodeRequestTimeout, "The request body did not arrive in time: send the whole body promptly after the headers."))
-			return
-		}
-		d.jsonError(w, coinpulse.Errorf(coinpulse.CodeValidation, "The body must be one JSON object {\"name\", \"mode\", \"permissions\"}."))
+	if err != nil || !utf8.Valid(raw) || dec.Decode(&body) != nil || dec.More() {
+		d.jsonError(w, coinpulse.Errorf(coinpulse.CodeValidation, "The body must be one JSON object {\"name\", \"mode\", \"permissions\"}, in UTF-8."))
+		return
+	}
+	if names := jsontext.RepeatedNames(raw); len(names) > 0 {
+		d.jsonError(w, coinpulse.Errorf(coinpulse.CodeValidation, "The body gives %q more than once.", names[0]))
 		return
 	}
 	req, err := validateKey(body.Name, body.Mode, body.Permissions)
