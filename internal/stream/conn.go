@@ -90,6 +90,7 @@ type conn struct {
 	cancel context.CancelFunc
 
 	send       chan outMsg
+	room       chan struct{} // writeLoop took a message off send (see waitForRoom)
 	done       chan struct{} // closed by kill: close now, skip the queue
 	killOnce   sync.Once
 	end        atomic.Pointer[ending] // the first reason wins
@@ -123,6 +124,7 @@ func newConn(h *Hub, ws *websocket.Conn, ctx context.Context, cancel context.Can
 		ctx:        ctx,
 		cancel:     cancel,
 		send:       make(chan outMsg, h.cfg.SendQueue),
+		room:       make(chan struct{}, 1),
 		done:       make(chan struct{}),
 		writerDone: make(chan struct{}),
 		finished:   make(chan struct{}),
@@ -239,6 +241,10 @@ func (c *conn) writeLoop() {
 			c.closeSocket()
 			return
 		case m := <-c.send:
+			select {
+			case c.room <- struct{}{}:
+			default: // already signalled
+			}
 			if m.kind == kindClose {
 				c.closeSocket()
 				return
@@ -319,6 +325,7 @@ func (c *conn) readLoop() error {
 		if c.dead.Load() {
 			continue // closing: what the client still sends is ignored
 		}
+		c.waitForRoom()
 		var m ClientMessage
 		switch {
 		case n > MaxMessageBytes:
@@ -329,6 +336,26 @@ func (c *conn) readLoop() error {
 			m, err = ParseClientMessage(buf.Bytes())
 		}
 		c.handle(m, err)
+	}
+}
+
+// waitForRoom holds the next client message while the send queue is more
+// than half full. A client that sends messages faster than the writer
+// delivers their replies (1,000 one-coin subscriptions in a row, say)
+// then waits, its messages unread, instead of filling the queue with
+// replies and being dropped as too slow while it reads promptly. The
+// other half of the queue stays for what the hub pushes (prices,
+// alerts), whose overflow is what "too slow" means. A client that reads
+// nothing is ended by the writer's timeout meanwhile.
+func (c *conn) waitForRoom() {
+	for len(c.send) > cap(c.send)/2 {
+		select {
+		case <-c.room:
+		case <-c.done:
+			return
+		case <-c.writerDone:
+			return
+		}
 	}
 }
 

@@ -23,7 +23,9 @@
 // order the client receives them in. Nothing ever blocks on a client:
 // messages are queued without waiting, and a connection whose queue is
 // full is dropped (status 1008, reason "too slow") while everyone else
-// carries on; no lock is held while writing to a socket.
+// carries on; no lock is held while writing to a socket. Only the
+// client's own messages wait: the reader takes the next one once the
+// queue is at most half full, so replies alone never fill it.
 //
 // PublishPrices encodes each update once; then, under the read lock, it
 // walks the subscribers of each updated coin to gather every connection's
@@ -108,9 +110,11 @@
 //     10 s: an error message, then 1008 "authentication failed",
 //     "authentication required" or "authentication timeout" (1011 or 1013
 //     when the server could not check the key);
-//   - the client reads too slowly: it falls 256 messages behind, or one
-//     message takes over 10 s to write: 1008 "too slow" (the close frame
-//     reaches the client only once it has read what was sent before);
+//   - the client reads too slowly: it falls 256 messages behind: 1008
+//     "too slow" (the close frame reaches the client only once it has
+//     read what was sent before); or one message takes over 10 s to
+//     write: the socket is closed without a close frame, since the
+//     message being written cannot be finished;
 //   - it sends more than 60 invalid messages within a minute: an error,
 //     then 1008 "too many invalid messages";
 //   - a message exceeds 64 KiB: 1009 (message too big), without an error

@@ -422,6 +422,49 @@ func TestSlowClientDropped(t *testing.T) {
 	}
 }
 
+// A client that reads promptly is not dropped as too slow however fast it
+// sends: its messages wait, unread, while the queue is half full of
+// replies, rather than overflowing it.
+func TestPipelinedMessagesAreNotTooSlow(t *testing.T) {
+	e := newEnv(t, Config{SendQueue: 8, Heartbeat: -1})
+	c := e.dialWelcome(t, "sk_user1_live")
+	const n = 2000
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for i := range n {
+			_, data, err := c.ws.Read(ctx)
+			if err != nil {
+				got <- fmt.Errorf("reply %d: %w", i+1, err)
+				return
+			}
+			if !strings.Contains(string(data), `"type":"pong"`) && !strings.Contains(string(data), `"type":"subscribed"`) {
+				got <- fmt.Errorf("reply %d: %s", i+1, data)
+				return
+			}
+		}
+		got <- nil
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range n {
+		msg := fmt.Sprintf(`{"type":"ping","id":%d}`, i)
+		if i%2 == 1 {
+			msg = `{"type":"subscribe","channel":"prices","coins":["bitcoin"]}`
+		}
+		if err := c.ws.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+			t.Fatalf("send %d: %v", i+1, err)
+		}
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if e.hub.Len() != 1 {
+		t.Fatalf("%d connections, want the client's", e.hub.Len())
+	}
+}
+
 func TestCloseClosesEveryone(t *testing.T) {
 	e := newEnv(t, Config{})
 	var cs []*client
