@@ -419,8 +419,8 @@ func fireAlerts(ctx context.Context, tx pgx.Tx, batch []arming, firings map[armi
 	for _, k := range batch {
 		f := firings[k]
 		updates.Queue(`
-			UPDATE alerts SET is_active = false, triggered_at = $1, triggered_price = $2,
-				email_status = CASE WHEN notify_email THEN 'pending' ELSE '' END, email_error = '', updated_at = $1
+			UPDATE alerts SET is_active = false, triggered_at = GREATEST($1, armed_at), triggered_price = $2,
+				email_status = CASE WHEN notify_email THEN 'pending' ELSE '' END, email_error = '', updated_at = GREATEST($1, updated_at)
 			WHERE id = $3 AND armed_seq = $4 AND is_active
 			RETURNING `+alertColumns,
 			f.At, dec(f.Price), k.alertID, k.seq)

@@ -391,8 +391,8 @@ func (db *DB) FireAlerts(ctx context.Context, fs []coinpulse.Firing, event coinp
 func fireAlerts(ctx context.Context, tx *sql.Tx, batch []arming, firings map[arming]coinpulse.Firing,
 	event coinpulse.EventFunc, fired map[arming]coinpulse.Alert) error {
 	fire, err := tx.PrepareContext(ctx, `
-		UPDATE alerts SET is_active = 0, triggered_at = ?, triggered_price = ?,
-			email_status = CASE WHEN notify_email = 1 THEN 'pending' ELSE '' END, email_error = '', updated_at = ?
+		UPDATE alerts SET is_active = 0, triggered_at = max(?, armed_at), triggered_price = ?,
+			email_status = CASE WHEN notify_email = 1 THEN 'pending' ELSE '' END, email_error = '', updated_at = max(?, updated_at)
 		WHERE id = ? AND armed_seq = ? AND is_active = 1
 		RETURNING `+alertColumns)
 	if err != nil {

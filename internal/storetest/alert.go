@@ -1767,3 +1767,23 @@ func testFiredAlerts(t *testing.T, s coinpulse.Store) {
 		t.Errorf("after re-arming %d: FiredAlerts = %v", a1.ID, got)
 	}
 }
+
+// testFireBeforeArming: a firing at a time before its arming began (a
+// snapshot of the period the alert was created in, evaluated after a
+// restart) fires it at the arming's time, so that triggered_at never
+// precedes armed_at, nor updated_at goes back.
+func testFireBeforeArming(t *testing.T, s coinpulse.Store) {
+	u := newUser(t, s, "alert-fire-before-arming@example.com")
+	o := live(u)
+	armed := t0.Add(time.Hour + 878188*time.Microsecond)
+	a := newAlertAt(t, s, o, "bitcoin", "5", coinpulse.Above, false, armed)
+	l := newEventLog()
+	got := fire(t, s, l, firing(a, "70000", t0.Add(time.Hour)))
+	want := []coinpulse.Alert{asFired(*a, "70000", armed)}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("FireAlerts before the arming mismatch (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want[0], *getAlert(t, s, o, a.ID)); diff != "" {
+		t.Errorf("stored alert mismatch (-want +got):\n%s", diff)
+	}
+}

@@ -94,6 +94,7 @@ func Run(t *testing.T, open func(t *testing.T) coinpulse.Store) {
 		{"Alerts/Armed", testArmedAlerts},
 		{"Alerts/Fired", testFiredAlerts},
 		{"Alerts/FireOnce", testFireOnce},
+		{"Alerts/FireBeforeArming", testFireBeforeArming},
 		{"Alerts/FireConcurrent", testFireConcurrent},
 		{"Alerts/FireDisabledOrRearmed", testFireStale},
 		{"Alerts/FireEnqueues", testFireEnqueues},
