@@ -135,6 +135,7 @@ func TestAlertValidation(t *testing.T) {
 		{`{"coin_id":"bitcoin","target_price":"-5","condition":"above"}`, []string{"target_price"}},
 		{`{"coin_id":"bitcoin","target_price":"abc","condition":"above"}`, []string{"target_price"}},
 		{`{"coin_id":"bitcoin","target_price":"1e5","condition":"above"}`, []string{"target_price"}},
+		{`{"coin_id":"bitcoin","target_price":"00012.50","condition":"above"}`, []string{"target_price"}},
 		{`{"coin_id":"bitcoin","target_price":true,"condition":"above"}`, []string{"target_price"}},
 		{`{"coin_id":"bitcoin","target_price":[1],"condition":"above"}`, []string{"target_price"}},
 		{`{"coin_id":"bitcoin","target_price":1e400,"condition":"above"}`, []string{"target_price"}},

@@ -151,6 +151,10 @@ func (b *body) text(name string, required bool, min, max int) (s string, ok bool
 	return s, true
 }
 
+// plainDecimal is the error of an amount sent as a string that does not
+// hold a plain decimal.
+const plainDecimal = `must be a number, or a string of a plain decimal such as "0.1" (digits without leading zeros, optionally a point and more digits; no sign, no exponent)`
+
 // amount reads a decimal amount given as a JSON number or a string holding
 // one, within the ledger's bounds; positive demands > 0, else >= 0. A
 // string holds a plain decimal, as the API documents: digits, optionally
@@ -167,13 +171,17 @@ func (b *body) amount(name string, positive bool) (decimal.Decimal, bool) {
 			return decimal.Decimal{}, false
 		}
 		if strings.ContainsAny(s, "eE+-") {
-			b.fail(name, `must be a number, or a string of a plain decimal such as "0.1" (digits, optionally a point and more digits)`)
+			b.fail(name, plainDecimal)
 			return decimal.Decimal{}, false
 		}
 	}
 	d, err := ledger.Parse(s)
 	if err != nil {
-		b.fail(name, err.Error())
+		msg := err.Error()
+		if v[0] == '"' && msg == "must be a number" {
+			msg = plainDecimal // "00012.50", "1.", ".5", " 5"
+		}
+		b.fail(name, msg)
 		return decimal.Decimal{}, false
 	}
 	if positive && !d.IsPositive() {

@@ -290,6 +290,10 @@ func TestPortfolioValidation(t *testing.T) {
 			t.Errorf("%s with a name not in UTF-8: %q", method, res.Error.Message)
 		}
 	}
+	// A string that is not a plain decimal is told what one is.
+	if res := send(t, srv, "POST", holdings, key, `{"coin_id":"bitcoin","quantity":"007","buy_price":1}`); res.Status != http.StatusUnprocessableEntity || !strings.Contains(res.Error.Message, "leading zeros") {
+		t.Errorf("a quantity of \"007\": %d %q", res.Status, res.Error.Message)
+	}
 	if res := send(t, srv, "POST", fmt.Sprintf("/api/v1/portfolio/%d/sync", p.ID), key, `{"x":1}`); res.Error.Message != "invalid x: unknown field; this endpoint takes no fields (send {} or no body)" {
 		t.Errorf("a field where none is taken: %+v", res.Error)
 	}
