@@ -225,19 +225,21 @@ func (s *Snapshot) Losers(limit int) []*coinpulse.CoinDetail {
 // none. The result is shared: read it, never change it.
 func (s *Snapshot) Coin(id string) *coinpulse.CoinDetail { return s.byID[id] }
 
-// Lookup resolves an id (exact, then lower-cased) or else a symbol
-// (case-insensitive, the highest market cap wins). The result is a copy
-// with ResolvedBy and Alternatives filled in; ok is false when nothing
-// matches.
+// Lookup resolves, as the SPEC orders, an exact id, else a symbol
+// (case-insensitive, the highest market cap wins), else, as a last
+// resort, an id in another case ("Bitcoin"): so "NEM" is the coin whose
+// symbol is nem, not the coin whose id is nem. The result is a copy with
+// ResolvedBy and Alternatives filled in; ok is false when nothing matches.
 func (s *Snapshot) Lookup(idOrSymbol string) (d coinpulse.CoinDetail, ok bool) {
+	lower := strings.ToLower(idOrSymbol)
 	c, by := s.byID[idOrSymbol], "id"
 	if c == nil {
-		c = s.byID[strings.ToLower(idOrSymbol)]
-	}
-	if c == nil {
-		if same := s.bySymbol[strings.ToLower(idOrSymbol)]; len(same) > 0 {
+		if same := s.bySymbol[lower]; len(same) > 0 {
 			c, by = same[0], "symbol"
 		}
+	}
+	if c == nil {
+		c = s.byID[lower]
 	}
 	if c == nil {
 		return d, false

@@ -374,6 +374,11 @@ func TestLookup(t *testing.T) {
 		// an exact id wins over a symbol shared by larger coins
 		{"ton", true, "ton", "id", []coinpulse.CoinRef{}},
 		{"TONIC", true, "ton", "symbol", []coinpulse.CoinRef{}},
+		// a symbol in another case wins over an id in another case
+		{"TON", true, "the-open-network", "symbol", []coinpulse.CoinRef{
+			{ID: "tokamak-network", Name: "Tokamak Network", MarketCapRank: 3},
+			{ID: "ton-clone", Name: "Ton Clone", MarketCapRank: 4},
+		}},
 		{"unknown", false, "", "", nil},
 		{"", false, "", "", nil},
 	}
