@@ -41,8 +41,10 @@ func (a adminFlags) parse(args []string, getenv func(string) string) error {
 	return nil
 }
 
-func (a adminFlags) open(ctx context.Context) (coinpulse.Store, error) {
-	return openStore(ctx, *a.db, *a.dataDir)
+// open opens the database of the flags; only create (users create) may
+// create a SQLite file that does not exist yet.
+func (a adminFlags) open(ctx context.Context, create bool) (coinpulse.Store, error) {
+	return openStore(ctx, *a.db, *a.dataDir, create)
 }
 
 // parseExpiry reads an optional RFC 3339 time.
@@ -82,7 +84,7 @@ func runUsersCreate(ctx context.Context, args []string, getenv func(string) stri
 			return err
 		}
 	}
-	store, err := a.open(ctx)
+	store, err := a.open(ctx, true)
 	if err != nil {
 		return err
 	}
@@ -124,7 +126,7 @@ func runUsersSetTier(ctx context.Context, args []string, getenv func(string) str
 	if err != nil {
 		return err
 	}
-	store, err := a.open(ctx)
+	store, err := a.open(ctx, false)
 	if err != nil {
 		return err
 	}
@@ -157,7 +159,7 @@ func runKeysCreate(ctx context.Context, args []string, getenv func(string) strin
 	if err != nil {
 		return err
 	}
-	store, err := a.open(ctx)
+	store, err := a.open(ctx, false)
 	if err != nil {
 		return err
 	}
@@ -196,7 +198,7 @@ func runKeysList(ctx context.Context, args []string, getenv func(string) string,
 	if err := a.parse(args, getenv); err != nil {
 		return err
 	}
-	store, err := a.open(ctx)
+	store, err := a.open(ctx, false)
 	if err != nil {
 		return err
 	}
@@ -243,7 +245,7 @@ func runKeysRevoke(ctx context.Context, args []string, getenv func(string) strin
 		fmt.Fprintln(stderr, "give exactly one of --id or --key")
 		return usageError{fmt.Errorf("give exactly one of --id or --key")}
 	}
-	store, err := a.open(ctx)
+	store, err := a.open(ctx, false)
 	if err != nil {
 		return err
 	}
@@ -277,7 +279,7 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	if err := parseFlags(fs, args, getenv); err != nil {
 		return err
 	}
-	store, err := openStore(ctx, *db, *dataDir)
+	store, err := openStore(ctx, *db, *dataDir, true)
 	if err != nil {
 		return err
 	}

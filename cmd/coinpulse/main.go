@@ -16,6 +16,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -206,18 +208,29 @@ func dbFlag(fs *flag.FlagSet) *string {
 	return fs.String("db", "", "database: sqlite:PATH, a bare path, or postgres://... (default sqlite:<data-dir>/coinpulse.db)")
 }
 
-// openStore opens the store a --db value names.
-func openStore(ctx context.Context, dsn, dataDir string) (coinpulse.Store, error) {
+// openStore opens the store a --db value names. A SQLite file that does
+// not exist is created only when create is set (serve, migrate, users
+// create): the other commands refuse it, so that a mistyped path is told
+// so rather than answered from a new, empty database.
+func openStore(ctx context.Context, dsn, dataDir string, create bool) (coinpulse.Store, error) {
+	path := strings.TrimPrefix(dsn, "sqlite:")
 	switch {
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
 		return postgres.Open(ctx, dsn)
+	case strings.Contains(dsn, "://"):
+		return nil, usageError{fmt.Errorf("--db %s: not a database this version opens: sqlite:PATH, a bare path, or postgres://…", describeDB(dsn, dataDir))}
 	case dsn == "":
 		if dataDir == "" {
 			dataDir = defaultDataDir
 		}
-		return sqlite.Open(ctx, filepath.Join(dataDir, "coinpulse.db"))
+		path = filepath.Join(dataDir, "coinpulse.db")
 	}
-	return sqlite.Open(ctx, strings.TrimPrefix(dsn, "sqlite:"))
+	if !create {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return nil, usageError{fmt.Errorf("no database at %s: check --db or --data-dir (serve or migrate creates one)", path)}
+		}
+	}
+	return sqlite.Open(ctx, path)
 }
 
 // describeDB renders a --db value for messages, without any password.
@@ -228,9 +241,29 @@ func describeDB(dsn, dataDir string) string {
 		}
 		return "sqlite:" + filepath.Join(dataDir, "coinpulse.db")
 	}
-	if at := strings.LastIndex(dsn, "@"); at >= 0 && strings.Contains(dsn, "://") {
-		scheme := dsn[:strings.Index(dsn, "://")+3]
-		return scheme + "…" + dsn[at:]
+	if !strings.Contains(dsn, "://") {
+		return dsn
 	}
-	return dsn
+	u, err := url.Parse(dsn)
+	if err != nil { // not a URL: hide everything between the scheme and the host
+		if at := strings.LastIndex(dsn, "@"); at >= 0 {
+			return dsn[:strings.Index(dsn, "://")+3] + "…" + dsn[at:]
+		}
+		return dsn
+	}
+	// A password may be in the user part or in the query (password=,
+	// sslpassword=): both are shown as xxxxx, the user name as it is.
+	if q := u.Query(); len(q) > 0 {
+		redacted := false
+		for k := range q {
+			if strings.Contains(strings.ToLower(k), "password") {
+				q.Set(k, "xxxxx")
+				redacted = true
+			}
+		}
+		if redacted {
+			u.RawQuery = q.Encode()
+		}
+	}
+	return u.Redacted()
 }

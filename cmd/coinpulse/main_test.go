@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -444,6 +445,9 @@ func TestServeRejectsBadConfig(t *testing.T) {
 		{"serve", "--sandbox-per-second", "0"},
 		{"serve", "--sandbox-per-minute", "-1"},
 		{"serve", "--sandbox-per-minute", "1000000001"},
+		{"serve", "--shutdown-timeout", "0s"},
+		{"serve", "--shutdown-timeout", "-5s"},
+		{"serve", "--db", "mysql://localhost/x"},
 	} {
 		if _, _, err := cli(t, nil, args...); err == nil {
 			t.Errorf("%v: accepted", args)
@@ -472,5 +476,77 @@ func TestServeRejectsBadConfig(t *testing.T) {
 		if err != nil && len(tt.args) > 0 && strings.Contains(err.Error(), "set by") {
 			t.Errorf("%v %v: %v names the variable, but the command line set the flag", tt.env, tt.args, err)
 		}
+	}
+}
+
+// describeDB never shows a password, in the user part or in the query,
+// and shows the rest as it is.
+func TestDescribeDB(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                 "sqlite:data/coinpulse.db",
+		"sqlite:/tmp/x.db": "sqlite:/tmp/x.db",
+		"/tmp/x.db":        "/tmp/x.db",
+		"postgres://postgres@127.0.0.1:5432/test":                        "postgres://postgres@127.0.0.1:5432/test",
+		"postgres://ann:secret@db:5432/cp":                               "postgres://ann:xxxxx@db:5432/cp",
+		"postgres://db/cp?user=ann&password=secret&sslmode=disable":      "postgres://db/cp?password=xxxxx&sslmode=disable&user=ann",
+		"postgres://db/cp?sslpassword=secret":                            "postgres://db/cp?sslpassword=xxxxx",
+		"postgresql://ann:s%40cret@db/cp?password=also&search_path=cp_1": "postgresql://ann:xxxxx@db/cp?password=xxxxx&search_path=cp_1",
+	} {
+		got := describeDB(in, "data")
+		if got != want || strings.Contains(got, "secret") || strings.Contains(got, "also") {
+			t.Errorf("describeDB(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// Only serve, migrate and users create make a SQLite database: the other
+// commands, given a path where there is none, say so and create nothing.
+func TestCommandsDoNotCreateADatabaseByMistake(t *testing.T) {
+	dir := t.TempDir()
+	typo := filepath.Join(dir, "nodir", "typo.db")
+	for _, args := range [][]string{
+		{"keys", "list", "--email", "ann@example.com"},
+		{"keys", "create", "--email", "ann@example.com"},
+		{"keys", "revoke", "--email", "ann@example.com", "--id", "1"},
+		{"users", "set-tier", "--email", "ann@example.com", "--tier", "pro"},
+	} {
+		_, _, err := cli(t, nil, append(args, "--db", "sqlite:"+typo)...)
+		if err == nil || !strings.Contains(err.Error(), "no database at "+typo) {
+			t.Errorf("%v on a missing database: %v", args, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "nodir")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a command made %s: %v", filepath.Join(dir, "nodir"), err)
+	}
+	mustCLI(t, nil, "users", "create", "--email", "ann@example.com", "--db", "sqlite:"+typo)
+	mustCLI(t, nil, "keys", "list", "--email", "ann@example.com", "--db", "sqlite:"+typo)
+}
+
+// lateStore is a store whose look-up of a user by e-mail answers as it
+// would have just before another node made the user: not found.
+type lateStore struct{ coinpulse.Store }
+
+func (lateStore) UserByEmail(context.Context, string) (*coinpulse.User, error) {
+	return nil, coinpulse.Errorf(coinpulse.CodeNotFound, "The user was not found.")
+}
+
+// Nodes starting together on a new database race to make the demo
+// account: a node that finds it made by another between its look-up and
+// its insert comes up all the same, and shows no keys.
+func TestDemoAccountRace(t *testing.T) {
+	store, err := openStore(t.Context(), "sqlite:"+filepath.Join(t.TempDir(), "cp.db"), "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	var first, second bytes.Buffer
+	if err := demoAccount(t.Context(), store, "http://node1", serveConfig{dataDir: defaultDataDir}, &first); err != nil || !strings.Contains(first.String(), "sandbox key:") {
+		t.Fatalf("the first node: %v\n%s", err, first.String())
+	}
+	if err := demoAccount(t.Context(), lateStore{store}, "http://node2", serveConfig{dataDir: defaultDataDir}, &second); err != nil {
+		t.Fatalf("the second node failed: %v", err)
+	}
+	if out := second.String(); strings.Contains(out, "sandbox key:") || !strings.Contains(out, "made by another node") {
+		t.Errorf("the second node said:\n%s", out)
 	}
 }

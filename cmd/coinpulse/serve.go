@@ -97,6 +97,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, fmt.Errorf("--feed %q: only sim is available in this version", c.feed)
 	case c.refresh < 100*time.Millisecond:
 		return c, fmt.Errorf("--refresh %s: must be at least 100ms", c.refresh)
+	case c.shutdownTimeout < time.Second:
+		return c, fmt.Errorf("--shutdown-timeout %s: at least 1s, long enough to answer the calls in flight and write the metered ones", c.shutdownTimeout)
 	case c.maxBody < 1024:
 		return c, fmt.Errorf("--max-body %d: must be at least 1024", c.maxBody)
 	case c.simCoins > 100_000:
@@ -199,7 +201,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	store, err := openStore(ctx, cfg.db, cfg.dataDir)
+	store, err := openStore(ctx, cfg.db, cfg.dataDir, true)
 	if err != nil {
 		return fmt.Errorf("open database %s: %w", describeDB(cfg.db, cfg.dataDir), err)
 	}
@@ -406,7 +408,11 @@ func demoAccount(ctx context.Context, store coinpulse.Store, base string, cfg se
 		return err
 	}
 	u := &coinpulse.User{Email: DemoEmail, Tier: coinpulse.TierPro}
-	if err := store.CreateUser(ctx, u); err != nil {
+	if err := store.CreateUser(ctx, u); coinpulse.ErrorCode(err) == coinpulse.CodeConflict {
+		// Another node starting on the same new database made it first.
+		fmt.Fprintf(stdout, "\nCoinpulse is starting on %s (demo account %s, made by another node).\nCreate a key for it with:\n  go run ./cmd/coinpulse keys create --email %s%s\n\n", base, DemoEmail, DemoEmail, dbArg)
+		return nil
+	} else if err != nil {
 		return err
 	}
 	rw := coinpulse.Permissions{Read: true, Write: true}

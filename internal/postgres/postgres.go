@@ -52,8 +52,20 @@ func Open(ctx context.Context, url string) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: parse URL: %w", err)
 	}
+	if cfg.ConnConfig.ConnectTimeout == 0 { // the URL's connect_timeout, else ours
+		cfg.ConnConfig.ConnectTimeout = connectTimeout
+	}
 	return OpenConfig(ctx, cfg)
 }
+
+// DefaultConnectTimeout bounds each connection attempt (the dial and the
+// start-up exchange) unless the URL sets connect_timeout: a server that
+// accepts connections and never answers fails the start with a clear
+// error instead of hanging it.
+const DefaultConnectTimeout = 10 * time.Second
+
+// connectTimeout is DefaultConnectTimeout, shorter in tests.
+var connectTimeout = DefaultConnectTimeout
 
 // OpenConfig is Open with a pool configuration, for callers that set
 // runtime parameters such as search_path. It returns the errors of Open.

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -251,6 +252,51 @@ func TestPutHistoryBatches(t *testing.T) {
 		}
 		if len(got) != hours || got[0].Price != float64(c*hours) || got[hours-1].Price != float64(c*hours+hours-1) {
 			t.Errorf("History(%s) = %d points, want %d from %d", series[c].CoinID, len(got), hours, c*hours)
+		}
+	}
+}
+
+// A server that accepts the connection and never answers fails Open once
+// the connect timeout has passed, rather than hanging it; the URL's
+// connect_timeout wins over the default. No PostgreSQL server needed.
+func TestOpenTimesOutOnASilentServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		var held []net.Conn // accepted, never answered
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	defer func(d time.Duration) { connectTimeout = d }(connectTimeout)
+	connectTimeout = 200 * time.Millisecond
+	base := "postgres://postgres@" + ln.Addr().String() + "/x?sslmode=disable"
+	// (A hang fails the test by go test's own timeout; the lower bounds
+	// show which timeout applied.)
+	for _, c := range []struct {
+		url     string
+		atLeast time.Duration
+	}{
+		{base, 200 * time.Millisecond},
+		{base + "&connect_timeout=1", time.Second},
+	} {
+		start := time.Now()
+		_, err := Open(context.Background(), c.url)
+		took := time.Since(start)
+		if err == nil || took < c.atLeast {
+			t.Errorf("Open(%s) = %v after %v, want an error after %v", c.url, err, took, c.atLeast)
 		}
 	}
 }
