@@ -34,11 +34,21 @@ func (a adminFlags) parse(args []string, getenv func(string) string) error {
 	if err := parseFlags(a.fs, args, getenv); err != nil {
 		return err
 	}
-	if strings.TrimSpace(*a.email) == "" {
+	*a.email = strings.TrimSpace(*a.email) // as users create stores it
+	if *a.email == "" {
 		fmt.Fprintln(a.fs.Output(), "--email is required")
 		return usageError{fmt.Errorf("--email is required")}
 	}
 	return nil
+}
+
+// user is the account of --email; not found, an error naming it.
+func (a adminFlags) user(ctx context.Context, store coinpulse.Store) (*coinpulse.User, error) {
+	u, err := store.UserByEmail(ctx, *a.email)
+	if coinpulse.IsNotFound(err) {
+		return nil, coinpulse.Errorf(coinpulse.CodeNotFound, "No account has the e-mail address %q.", *a.email)
+	}
+	return u, err
 }
 
 // open opens the database of the flags; only create (users create) may
@@ -131,7 +141,7 @@ func runUsersSetTier(ctx context.Context, args []string, getenv func(string) str
 		return err
 	}
 	defer store.Close()
-	u, err := store.UserByEmail(ctx, *a.email)
+	u, err := a.user(ctx, store)
 	if err != nil {
 		return err
 	}
@@ -164,7 +174,7 @@ func runKeysCreate(ctx context.Context, args []string, getenv func(string) strin
 		return err
 	}
 	defer store.Close()
-	u, err := store.UserByEmail(ctx, *a.email)
+	u, err := a.user(ctx, store)
 	if err != nil {
 		return err
 	}
@@ -203,7 +213,7 @@ func runKeysList(ctx context.Context, args []string, getenv func(string) string,
 		return err
 	}
 	defer store.Close()
-	u, err := store.UserByEmail(ctx, *a.email)
+	u, err := a.user(ctx, store)
 	if err != nil {
 		return err
 	}
@@ -250,7 +260,7 @@ func runKeysRevoke(ctx context.Context, args []string, getenv func(string) strin
 		return err
 	}
 	defer store.Close()
-	u, err := store.UserByEmail(ctx, *a.email)
+	u, err := a.user(ctx, store)
 	if err != nil {
 		return err
 	}

@@ -518,8 +518,11 @@ func TestCommandsDoNotCreateADatabaseByMistake(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "nodir")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a command made %s: %v", filepath.Join(dir, "nodir"), err)
 	}
-	mustCLI(t, nil, "users", "create", "--email", "ann@example.com", "--db", "sqlite:"+typo)
-	mustCLI(t, nil, "keys", "list", "--email", "ann@example.com", "--db", "sqlite:"+typo)
+	mustCLI(t, nil, "users", "create", "--email", " ann@example.com ", "--db", "sqlite:"+typo)
+	mustCLI(t, nil, "keys", "list", "--email", " ann@example.com", "--db", "sqlite:"+typo) // trimmed, as users create trims
+	if _, _, err := cli(t, nil, "keys", "list", "--email", "bob@example.com", "--db", "sqlite:"+typo); err == nil || !strings.Contains(err.Error(), `"bob@example.com"`) {
+		t.Errorf("an unknown e-mail address: %v, want an error naming it", err)
+	}
 }
 
 // lateStore is a store whose look-up of a user by e-mail answers as it
