@@ -365,12 +365,15 @@ func TestEngineLoadBackfills(t *testing.T) {
 		t.Errorf("bitcoin atl date %v, ath date %v, outside [%v, %v]", btc.ATLDate, btc.ATHDate, btc.HistoryStart, start)
 	}
 
-	// The 24 h and 30 d changes are measured against the feed's own history.
-	// The ring's point at or before 24 h ago: 12:00 yesterday.
-	dayAgoHour := start.Add(-24 * time.Hour).Truncate(time.Hour)
-	dayAgo := feedHistory(t, env.feed.Feed, "bitcoin", coinpulse.Hourly, dayAgoHour, dayAgoHour)
-	if want := (price - dayAgo[0].Price) / dayAgo[0].Price * 100; btc.PriceChangePercentage24h != nil && math.Abs(*btc.PriceChangePercentage24h-want) > 1e-9 {
-		t.Errorf("bitcoin 24 h change = %v %%, want %v %% (against %v at %v)", *btc.PriceChangePercentage24h, want, dayAgo[0].Price, dayAgo[0].Timestamp)
+	// The 24 h change is measured against the feed's own history, at
+	// exactly 24 h ago: between the hourly points either side of it.
+	dayAgoAt := start.Add(-24 * time.Hour)
+	dayAgoHour := dayAgoAt.Truncate(time.Hour)
+	dayAgo := feedHistory(t, env.feed.Feed, "bitcoin", coinpulse.Hourly, dayAgoHour, dayAgoHour.Add(time.Hour))
+	f := float64(dayAgoAt.Sub(dayAgoHour)) / float64(time.Hour)
+	then := dayAgo[0].Price + (dayAgo[1].Price-dayAgo[0].Price)*f
+	if want := (price - then) / then * 100; btc.PriceChangePercentage24h == nil || math.Abs(*btc.PriceChangePercentage24h-want) > 1e-9 {
+		t.Errorf("bitcoin 24 h change = %v %%, want %v %% (against %v at %v)", btc.PriceChangePercentage24h, want, then, dayAgoAt)
 	}
 
 	for _, tt := range []struct {

@@ -81,16 +81,29 @@ func (r *ring[T]) reset(t int64) {
 	}
 }
 
-// at returns the last point at or before t (mcap is 0 without Caps).
+// at returns the ring's value at t: interpolated linearly between the
+// points either side of t, or the last point when t is at or after it
+// (mcap is 0 without Caps). So a change "over 24 hours" is measured from
+// now − 24 h, not from the last point before it, up to a step further
+// back. ok is false before the first point.
 func (r *ring[T]) at(t int64) (price, mcap float64, ok bool) {
 	if len(r.Price) == 0 || t < r.Start {
 		return 0, 0, false
 	}
-	i := min(int((t-r.Start)/r.Step), len(r.Price)-1)
-	if r.Caps {
-		mcap = float64(r.Cap[i])
+	i := int((t - r.Start) / r.Step)
+	if i >= len(r.Price)-1 {
+		i = len(r.Price) - 1
+		if r.Caps {
+			mcap = float64(r.Cap[i])
+		}
+		return float64(r.Price[i]), mcap, true
 	}
-	return float64(r.Price[i]), mcap, true
+	f := float64(t-(r.Start+int64(i)*r.Step)) / float64(r.Step)
+	lerp := func(a, b T) float64 { return float64(a) + (float64(b)-float64(a))*f }
+	if r.Caps {
+		mcap = lerp(r.Cap[i], r.Cap[i+1])
+	}
+	return lerp(r.Price[i], r.Price[i+1]), mcap, true
 }
 
 const (

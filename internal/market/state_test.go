@@ -17,8 +17,12 @@ func TestRing(t *testing.T) {
 		t.Errorf("capacity grew past Keep: %d, %d", cap(r.Price), cap(r.Cap))
 	}
 	r.add(180, 80, -80) // replaces a slot
-	if p, m, ok := r.at(185); !ok || p != 80 || m != -80 {
-		t.Errorf("at(185) = %v %v %v after a replacement", p, m, ok)
+	if p, m, ok := r.at(180); !ok || p != 80 || m != -80 {
+		t.Errorf("at(180) = %v %v %v after a replacement", p, m, ok)
+	}
+	// Between two points: interpolated, 80 at 180 and 9 at 190.
+	if p, m, ok := r.at(185); !ok || p != 44.5 || m != -44.5 {
+		t.Errorf("at(185) = %v %v %v, want 44.5 -44.5 halfway between the points either side", p, m, ok)
 	}
 	if p, _, ok := r.at(1000); !ok || p != 9 {
 		t.Errorf("at(past the end) = %v %v, want the last point", p, ok)
