@@ -32,6 +32,14 @@ const HourlyWindow = 90 * 24 * time.Hour
 // maxRetained bounds the retained snapshots whatever the refresh rate.
 const maxRetained = 600
 
+// retainedSnapshot is a snapshot no longer current and when it stopped
+// being so: the last moment a client could have received it, from which
+// it stays reachable for Config.Retain.
+type retainedSnapshot struct {
+	*Snapshot
+	replaced time.Time
+}
+
 // Engine turns a feed's quotes into snapshots, keeps history rolled up in
 // the store, and persists its running state for a warm start.
 type Engine struct {
@@ -41,7 +49,7 @@ type Engine struct {
 	current atomic.Pointer[Snapshot]
 
 	mu       sync.Mutex
-	retained []*Snapshot
+	retained []retainedSnapshot
 	subs     []chan *Snapshot
 
 	// Owned by the goroutine that runs Load, then Run.
@@ -85,7 +93,7 @@ func (e *Engine) Snapshot(id string) *Snapshot {
 	defer e.mu.Unlock()
 	for _, s := range e.retained {
 		if s.ID == id {
-			return s
+			return s.Snapshot
 		}
 	}
 	return nil
@@ -428,10 +436,12 @@ func (e *Engine) publish(now time.Time) {
 	s := Build(snapshotID(now), now, e.cfg.Feed.Name(), e.cfg.Feed.Simulated(), details, e.markets, e.cfg.MinMoverVolume)
 	e.mu.Lock()
 	if prev := e.current.Load(); prev != nil && prev.ID != s.ID {
-		e.retained = append(e.retained, prev)
+		e.retained = append(e.retained, retainedSnapshot{prev, now})
 	}
+	// Kept Retain after it was replaced, so at least Retain after a
+	// client last received it, whatever the refresh interval.
 	cut := 0
-	for cut < len(e.retained) && (now.Sub(e.retained[cut].AsOf) > e.cfg.Retain || len(e.retained)-cut > maxRetained) {
+	for cut < len(e.retained) && (now.Sub(e.retained[cut].replaced) > e.cfg.Retain || len(e.retained)-cut > maxRetained) {
 		cut++
 	}
 	e.retained = append(e.retained[:0], e.retained[cut:]...)

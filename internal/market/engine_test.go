@@ -564,35 +564,46 @@ func TestEngineRollup(t *testing.T) {
 	})
 }
 
+// A snapshot stays reachable for Retain after it was replaced, the last
+// moment a client could have received it, with refreshes that divide
+// Retain (a minute) or not (7 s).
 func TestEngineSnapshotRetention(t *testing.T) {
 	t.Parallel()
+	for _, refresh := range []time.Duration{time.Minute, 7 * time.Second} {
+		t.Run(refresh.String(), func(t *testing.T) { testSnapshotRetention(t, refresh) })
+	}
+}
+
+func testSnapshotRetention(t *testing.T, refresh time.Duration) {
 	env := loadedEnv(t, 5*time.Minute)
 
 	type snap struct {
-		id   string
-		asOf time.Time
+		id             string
+		asOf, replaced time.Time
 	}
-	snaps := []snap{{env.engine.Current().ID, start}}
-	for i := 1; i <= 10; i++ {
-		now := start.Add(time.Duration(i) * time.Minute)
+	snaps := []snap{{id: env.engine.Current().ID, asOf: start}}
+	steps := int(10 * time.Minute / refresh)
+	for i := 1; i <= steps; i++ {
+		now := start.Add(time.Duration(i) * refresh)
 		s := env.tick(t, now)
 		for _, p := range snaps {
 			if p.id == s.ID {
 				t.Fatalf("snapshot id %q reused at %v", s.ID, now)
 			}
 		}
-		snaps = append(snaps, snap{s.ID, now})
+		snaps[len(snaps)-1].replaced = now
+		snaps = append(snaps, snap{id: s.ID, asOf: now})
 	}
-	now := start.Add(10 * time.Minute)
+	now := start.Add(time.Duration(steps) * refresh)
 	for _, p := range snaps {
 		t.Run(p.asOf.Format("15:04:05"), func(t *testing.T) {
 			got := env.engine.Snapshot(p.id)
-			keep := now.Sub(p.asOf) <= 5*time.Minute
+			keep := p.replaced.IsZero() || now.Sub(p.replaced) <= 5*time.Minute
 			switch {
 			case keep && (got == nil || got.ID != p.id || !got.AsOf.Equal(p.asOf)):
 				t.Errorf("Snapshot(%q) from %v = %v, want it kept (age %v)", p.id, p.asOf, got, now.Sub(p.asOf))
 			case !keep && got != nil:
-				t.Errorf("Snapshot(%q) from %v still reachable at age %v, want nil after Retain", p.id, p.asOf, now.Sub(p.asOf))
+				t.Errorf("Snapshot(%q) from %v still reachable %v after it was replaced, want nil after Retain", p.id, p.asOf, now.Sub(p.replaced))
 			}
 		})
 	}
