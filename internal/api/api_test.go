@@ -263,6 +263,7 @@ func TestValidation(t *testing.T) {
 		{"/api/v1/markets?perpage=10", "perpage"},
 		{"/api/v1/markets?page=1&page=2", "page"},
 		{"/api/v1/markets?snapshot=nope", "snapshot"},
+		{"/api/v1/markets?snapshot=", "snapshot"},
 		{"/api/v1/markets/search", "q"},
 		{"/api/v1/markets/search?q=%20b%20", "q"},
 		{"/api/v1/markets/search?q=" + strings.Repeat("x", 101), "q"},

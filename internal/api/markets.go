@@ -20,7 +20,7 @@ func (s *Server) currentSnapshot(w http.ResponseWriter, id string) (*market.Snap
 		if snap := s.market.Snapshot(id); snap != nil {
 			return snap, nil
 		}
-		return nil, coinpulse.ValidationError("snapshot", "unknown or expired snapshot (snapshots are kept for at least 5 minutes); leave it out to read the latest data")
+		return nil, coinpulse.ValidationError("snapshot", "unknown or expired snapshot (a snapshot is kept for 5 minutes after the refresh that replaced it); leave it out to read the latest data")
 	}
 	if snap := s.market.Current(); snap != nil {
 		return snap, nil
@@ -147,7 +147,10 @@ func (s *Server) listMarkets(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	id, _ := q.str("snapshot")
+	id, given := q.str("snapshot")
+	if given && id == "" {
+		return coinpulse.ValidationError("snapshot", "must not be empty: give a meta.snapshot of an earlier page, or leave it out to read the latest data")
+	}
 	snap, err := s.currentSnapshot(w, id)
 	if err != nil {
 		return err
