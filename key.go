@@ -4,8 +4,11 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"hash/crc32"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // API keys look like sk_live_<32 base62 random><6 base62 checksum> (or
@@ -115,4 +118,23 @@ func NewAPIKey(userID int64, name string, m Mode, perms Permissions) (string, *A
 		Last4:       key[len(key)-4:],
 		Permissions: perms,
 	}, nil
+}
+
+// MaxKeyName is the longest key name, in characters.
+const MaxKeyName = 64
+
+// CheckKeyName returns name without surrounding spaces when it is a valid
+// key name, 1 to MaxKeyName printable characters, else a VALIDATION_ERROR
+// on field "name". The dashboard and the CLI both hold names to it.
+func CheckKeyName(name string) (string, error) {
+	name = strings.TrimSpace(name)
+	switch {
+	case name == "":
+		return "", ValidationError("name", "Give the key a name, such as the app that will use it.")
+	case utf8.RuneCountInString(name) > MaxKeyName || !utf8.ValidString(name):
+		return "", ValidationError("name", fmt.Sprintf("A key name is at most %d characters.", MaxKeyName))
+	case strings.IndexFunc(name, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
+		return "", ValidationError("name", "A key name cannot contain control characters.")
+	}
+	return name, nil
 }

@@ -161,6 +161,10 @@ func runKeysCreate(ctx context.Context, args []string, getenv func(string) strin
 	if err := a.parse(args, getenv); err != nil {
 		return err
 	}
+	keyName, err := coinpulse.CheckKeyName(*name)
+	if err != nil {
+		return err
+	}
 	p, err := coinpulse.ParsePermissions(*perms)
 	if err != nil {
 		return err
@@ -178,7 +182,7 @@ func runKeysCreate(ctx context.Context, args []string, getenv func(string) strin
 	if err != nil {
 		return err
 	}
-	key, err := createKey(ctx, store, u.ID, *name, *test, p, exp)
+	key, err := createKey(ctx, store, u.ID, keyName, *test, p, exp)
 	if err != nil {
 		return err
 	}

@@ -553,3 +553,18 @@ func TestDemoAccountRace(t *testing.T) {
 		t.Errorf("the second node said:\n%s", out)
 	}
 }
+
+// keys create holds names to the dashboard's rules.
+func TestKeysCreateChecksTheName(t *testing.T) {
+	env := map[string]string{"COINPULSE_DB": "sqlite:" + filepath.Join(t.TempDir(), "cp.db")}
+	mustCLI(t, env, "users", "create", "--email", "ann@example.com")
+	for _, name := range []string{"", "  ", "a\tb", "a\nb", strings.Repeat("n", coinpulse.MaxKeyName+1)} {
+		if _, _, err := cli(t, env, "keys", "create", "--email", "ann@example.com", "--name", name); coinpulse.ErrorCode(err) != coinpulse.CodeValidation {
+			t.Errorf("--name %q: %v, want VALIDATION_ERROR", name, err)
+		}
+	}
+	mustCLI(t, env, "keys", "create", "--email", "ann@example.com", "--name", " mobile app ")
+	if out := mustCLI(t, env, "keys", "list", "--email", "ann@example.com"); !strings.Contains(out, "mobile app") {
+		t.Errorf("keys list:\n%s", out)
+	}
+}

@@ -54,8 +54,6 @@ const (
 	maxPasswordLen = 1024
 	// maxBody bounds form and JSON bodies.
 	maxBody = 64 << 10
-	// maxKeyName is the longest key name, in characters.
-	maxKeyName = 64
 )
 
 // Cookie names; both are scoped to /user/api.

@@ -7,10 +7,7 @@ import (
 	"html/template"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"coinpulse"
 )
@@ -158,16 +155,12 @@ type newKeyRequest struct {
 // validateKey checks a key request: the name 1 to 64 printable
 // characters, the mode live or test, at least one permission.
 func validateKey(name, mode string, perms []string) (*newKeyRequest, error) {
-	name = strings.TrimSpace(name)
+	name, err := coinpulse.CheckKeyName(name)
+	if err != nil {
+		return nil, err
+	}
 	req := &newKeyRequest{name: name, mode: coinpulse.Mode(mode)}
-	switch {
-	case name == "":
-		return nil, coinpulse.ValidationError("name", "Give the key a name, such as the app that will use it.")
-	case utf8.RuneCountInString(name) > maxKeyName || !utf8.ValidString(name):
-		return nil, coinpulse.ValidationError("name", fmt.Sprintf("A key name is at most %d characters.", maxKeyName))
-	case strings.IndexFunc(name, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
-		return nil, coinpulse.ValidationError("name", "A key name cannot contain control characters.")
-	case !req.mode.Valid():
+	if !req.mode.Valid() {
 		return nil, coinpulse.ValidationError("mode", "The mode is live or test.")
 	}
 	for _, p := range perms {
