@@ -446,6 +446,10 @@ func TestServeRejectsBadConfig(t *testing.T) {
 		{"serve", "--sandbox-per-minute", "-1"},
 		{"serve", "--sandbox-per-minute", "1000000001"},
 		{"serve", "--shutdown-timeout", "0s"},
+		{"serve", "--sim-coins", "5"},
+		{"serve", "--sim-coins", "-5"},
+		{"serve", "--min-mover-volume", "-5"},
+		{"serve", "--min-mover-volume", "NaN"},
 		{"serve", "--shutdown-timeout", "-5s"},
 		{"serve", "--db", "mysql://localhost/x"},
 	} {
@@ -558,6 +562,9 @@ func TestDemoAccountRace(t *testing.T) {
 func TestKeysCreateChecksTheName(t *testing.T) {
 	env := map[string]string{"COINPULSE_DB": "sqlite:" + filepath.Join(t.TempDir(), "cp.db")}
 	mustCLI(t, env, "users", "create", "--email", "ann@example.com")
+	if _, _, err := cli(t, env, "keys", "create", "--email", "ann@example.com", "--expires", "2020-01-01T00:00:00Z"); coinpulse.ErrorCode(err) != coinpulse.CodeValidation {
+		t.Errorf("a key expiring in the past: %v, want VALIDATION_ERROR", err)
+	}
 	for _, name := range []string{"", "  ", "a\tb", "a\nb", strings.Repeat("n", coinpulse.MaxKeyName+1)} {
 		if _, _, err := cli(t, env, "keys", "create", "--email", "ann@example.com", "--name", name); coinpulse.ErrorCode(err) != coinpulse.CodeValidation {
 			t.Errorf("--name %q: %v, want VALIDATION_ERROR", name, err)

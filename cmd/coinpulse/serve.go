@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -101,8 +102,10 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, fmt.Errorf("--shutdown-timeout %s: at least 1s, long enough to answer the calls in flight and write the metered ones", c.shutdownTimeout)
 	case c.maxBody < 1024:
 		return c, fmt.Errorf("--max-body %d: must be at least 1024", c.maxBody)
-	case c.simCoins > 100_000:
-		return c, fmt.Errorf("--sim-coins %d: at most 100000", c.simCoins)
+	case c.simCoins < sim.MinCoins || c.simCoins > 100_000:
+		return c, fmt.Errorf("--sim-coins %d: from %d to 100000", c.simCoins, sim.MinCoins)
+	case !(c.minMoverVolume >= 0) || math.IsInf(c.minMoverVolume, 1):
+		return c, fmt.Errorf("--min-mover-volume %v: a volume in USD, 0 or more", c.minMoverVolume)
 	case c.limits != "on" && c.limits != "off":
 		return c, fmt.Errorf("--limits %q: on or off", c.limits)
 	case c.sandbox.PerSecond < 1 || c.sandbox.PerSecond > coinpulse.MaxRate:
