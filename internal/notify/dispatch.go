@@ -217,7 +217,10 @@ func (d *Dispatcher) email(ctx context.Context, del coinpulse.Delivery) coinpuls
 	if err == nil {
 		return coinpulse.Attempt{At: now, Status: coinpulse.DeliveryDelivered}
 	}
-	a := coinpulse.Attempt{At: now, Error: truncate(err.Error(), maxErrorLen)}
+	// The owner sees what failed; the operator's log, the mail server's
+	// address and the sockets as well.
+	d.log.Warn("e-mail delivery failed", "delivery", del.ID, "alert", del.AlertID, "permanent", IsPermanent(err), "err", err)
+	a := coinpulse.Attempt{At: now, Error: truncate(PublicError(err), maxErrorLen)}
 	if IsPermanent(err) || errors.Is(err, ErrInvalidAddress) {
 		a.Status = coinpulse.DeliveryFailed
 		return a

@@ -482,6 +482,36 @@ func smtpDotAtom(s string) bool {
 // IsPermanent reports whether err, from SendAlert, is a failure that
 // retrying will not fix: a recipient that is not an address, an AlertMail
 // that cannot make a message, or a 5xx SMTP reply (550 mailbox unavailable,
+// PublicError is what a failed send shows the alert's owner
+// (email_error): the mail server's reply when it refused the message or
+// the connection, else the kind of failure; never the mail server's
+// address nor the node's sockets, which are the operator's (the
+// dispatcher logs the whole error).
+func PublicError(err error) string {
+	var (
+		ie *smtpInputError
+		se *gomail.SendError
+		te *textproto.Error
+	)
+	switch {
+	case errors.Is(err, ErrInvalidAddress):
+		return "the account's e-mail address is not a valid recipient"
+	case errors.As(err, &ie):
+		return "the message could not be built: " + ie.err.Error()
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "the mail server did not answer in time"
+	case errors.As(err, &se) && se.ErrorCode() != 0:
+		return "the mail server refused the message: " + se.Error()
+	case errors.As(err, &te):
+		return fmt.Sprintf("the mail server refused the connection: %d %s", te.Code, te.Msg)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return "the mail server did not answer in time"
+	}
+	return "the mail server could not be reached"
+}
+
 // 554 rejected, and also 535 authentication failed and 5xx refusals of the
 // server's configuration). Connection errors, timeouts, TLS failures,
 // cancellation and 4xx replies are temporary. nil is not permanent.

@@ -596,6 +596,10 @@ func TestSendAlertRejected(t *testing.T) {
 			if got := IsPermanent(err); got != tt.permanent {
 				t.Errorf("IsPermanent(%v) = %v, want %v", err, got, tt.permanent)
 			}
+			// The owner sees the server's reply, not its address.
+			if pub := PublicError(err); !strings.Contains(pub, tt.wantCode) || strings.Contains(pub, "127.0.0.1") {
+				t.Errorf("PublicError(%v) = %q, want the reply %s without the server's address", err, pub, tt.wantCode)
+			}
 		})
 	}
 }
@@ -656,6 +660,9 @@ func TestSendAlertNotListening(t *testing.T) {
 	if want := fmt.Sprintf("127.0.0.1:%d", ts.port); !strings.Contains(err.Error(), want) {
 		t.Errorf("err %q does not name %s", err, want)
 	}
+	if pub := PublicError(err); pub != "the mail server could not be reached" {
+		t.Errorf("PublicError(%v) = %q", err, pub)
+	}
 	if IsPermanent(err) {
 		t.Errorf("IsPermanent(%v) = true, want false", err)
 	}
@@ -675,6 +682,9 @@ func TestSendAlertTimeout(t *testing.T) {
 	var ne net.Error
 	if !errors.As(err, &ne) || !ne.Timeout() {
 		t.Errorf("err %v is not a timeout", err)
+	}
+	if pub := PublicError(err); pub != "the mail server did not answer in time" {
+		t.Errorf("PublicError(%v) = %q", err, pub)
 	}
 	if IsPermanent(err) {
 		t.Errorf("IsPermanent(%v) = true, want false", err)
@@ -712,6 +722,9 @@ func TestSendAlertBadInput(t *testing.T) {
 		err := m.SendAlert(context.Background(), to, smtpTestAlert())
 		if !errors.Is(err, ErrInvalidAddress) || !IsPermanent(err) {
 			t.Errorf("to %q: err %v, want a permanent ErrInvalidAddress", to, err)
+		}
+		if pub := PublicError(err); pub != "the account's e-mail address is not a valid recipient" {
+			t.Errorf("to %q: PublicError = %q", to, pub)
 		}
 	}
 	for name, edit := range map[string]func(*AlertMail){
