@@ -45,3 +45,19 @@ func Read(fsys fs.FS, dir string) ([]Migration, error) {
 	}
 	return ms, nil
 }
+
+// CheckNotNewer returns an error when the database's newest applied
+// version, newest, is above the last of ms: the database was migrated by
+// a newer Coinpulse, whose schema this binary does not know, and must not
+// serve it (it would write what the newer one does not expect). newest
+// is 0 for a database without migrations.
+func CheckNotNewer(newest int64, ms []Migration) error {
+	var last int64
+	if len(ms) > 0 {
+		last = ms[len(ms)-1].Version
+	}
+	if newest > last {
+		return fmt.Errorf("the database's schema is at version %d, newer than this binary's %d: it was migrated by a newer Coinpulse; run that one (or a database of this version)", newest, last)
+	}
+	return nil
+}

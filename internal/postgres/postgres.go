@@ -160,6 +160,13 @@ func (db *DB) migrate(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("create schema_migrations: %w", err)
 			}
+			var newest int64
+			if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&newest); err != nil {
+				return fmt.Errorf("read schema_migrations: %w", err)
+			}
+			if err := migrate.CheckNotNewer(newest, ms); err != nil {
+				return err
+			}
 			var applied bool
 			err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)`, m.Version).Scan(&applied)
 			if err != nil || applied {

@@ -300,3 +300,18 @@ func TestOpenTimesOutOnASilentServer(t *testing.T) {
 		}
 	}
 }
+
+// A database a newer Coinpulse migrated is refused, not served.
+func TestOpenRefusesANewerSchema(t *testing.T) {
+	url, schema := newSchema(t)
+	db, err := openSchema(t, url, schema)
+	if err != nil {
+		t.Fatalf("OpenConfig: %v", err)
+	}
+	if _, err := db.pool.Exec(t.Context(), `INSERT INTO schema_migrations (version, applied_at) VALUES (9999, now())`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openSchema(t, url, schema); err == nil || !strings.Contains(err.Error(), "version 9999, newer than this binary's") {
+		t.Errorf("opening a schema at version 9999: %v", err)
+	}
+}

@@ -183,6 +183,13 @@ func (db *DB) migrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("create schema_migrations: %w", err)
 	}
+	var newest int64
+	if err := db.db.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&newest); err != nil {
+		return fmt.Errorf("read schema_migrations: %w", err)
+	}
+	if err := migrate.CheckNotNewer(newest, ms); err != nil {
+		return err
+	}
 	for _, m := range ms {
 		err := db.Transact(ctx, func(tx *sql.Tx) error {
 			var n int

@@ -269,3 +269,22 @@ func TestCanceledContext(t *testing.T) {
 		t.Errorf("UserByID with a canceled context = %v, want the context's error", err)
 	}
 }
+
+// A database a newer Coinpulse migrated is refused, not served.
+func TestOpenRefusesANewerSchema(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "coinpulse.db")
+	db, err := Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.db.ExecContext(t.Context(), `INSERT INTO schema_migrations (version, applied_at) VALUES (9999, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if db, err := Open(t.Context(), path); err == nil || !strings.Contains(err.Error(), "version 9999, newer than this binary's") {
+		if db != nil {
+			db.Close()
+		}
+		t.Errorf("opening a database at version 9999: %v", err)
+	}
+}
