@@ -165,9 +165,6 @@ func runKeysCreate(ctx context.Context, args []string, getenv func(string) strin
 	if err != nil {
 		return err
 	}
-	if exp, err := parseExpiry(*expires); err == nil && exp != nil && !exp.After(time.Now()) {
-		return coinpulse.ValidationError("expires", fmt.Sprintf("--expires %s is past: a key that expires then would never work", exp.Format(time.RFC3339)))
-	}
 	p, err := coinpulse.ParsePermissions(*perms)
 	if err != nil {
 		return err
@@ -175,6 +172,9 @@ func runKeysCreate(ctx context.Context, args []string, getenv func(string) strin
 	exp, err := parseExpiry(*expires)
 	if err != nil {
 		return err
+	}
+	if exp != nil && !exp.After(time.Now()) {
+		return coinpulse.ValidationError("expires", fmt.Sprintf("--expires %s is past: a key that expires then would never work", exp.Format(time.RFC3339)))
 	}
 	store, err := a.open(ctx, false)
 	if err != nil {

@@ -217,8 +217,8 @@ func (d *Dispatcher) email(ctx context.Context, del coinpulse.Delivery) coinpuls
 	if err == nil {
 		return coinpulse.Attempt{At: now, Status: coinpulse.DeliveryDelivered}
 	}
-	// The owner sees what failed; the operator's log, the mail server's
-	// address and the sockets as well.
+	// The alert's owner sees what failed; the log also has the mail
+	// server's address and the sockets, for the operator.
 	d.log.Warn("e-mail delivery failed", "delivery", del.ID, "alert", del.AlertID, "permanent", IsPermanent(err), "err", err)
 	a := coinpulse.Attempt{At: now, Error: truncate(PublicError(err), maxErrorLen)}
 	if IsPermanent(err) || errors.Is(err, ErrInvalidAddress) {

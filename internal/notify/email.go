@@ -479,9 +479,6 @@ func smtpDotAtom(s string) bool {
 	return true
 }
 
-// IsPermanent reports whether err, from SendAlert, is a failure that
-// retrying will not fix: a recipient that is not an address, an AlertMail
-// that cannot make a message, or a 5xx SMTP reply (550 mailbox unavailable,
 // PublicError is what a failed send shows the alert's owner
 // (email_error): the mail server's reply when it refused the message or
 // the connection, else the kind of failure; never the mail server's
@@ -512,6 +509,9 @@ func PublicError(err error) string {
 	return "the mail server could not be reached"
 }
 
+// IsPermanent reports whether err, from SendAlert, is a failure that
+// retrying will not fix: a recipient that is not an address, an AlertMail
+// that cannot make a message, or a 5xx SMTP reply (550 mailbox unavailable,
 // 554 rejected, and also 535 authentication failed and 5xx refusals of the
 // server's configuration). Connection errors, timeouts, TLS failures,
 // cancellation and 4xx replies are temporary. nil is not permanent.
