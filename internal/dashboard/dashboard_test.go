@@ -1,11 +1,13 @@
 package dashboard
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -980,5 +982,40 @@ func TestMonthLeftFromTheLimiter(t *testing.T) {
 	plan.Endpoints = coinpulse.EndpointsNone
 	if left := with.monthLeft(t.Context(), u, plan, 1); left == nil || *left != 0 {
 		t.Errorf("no API access: %v left, want 0", left)
+	}
+}
+
+// A key form whose declared body never arrives is 408 REQUEST_TIMEOUT in
+// JSON once the API's body timeout has passed (here a short one).
+func TestJSONBodyTimeout(t *testing.T) {
+	e := newEnv(t, "")
+	c := e.client()
+	wantRedirect(t, c.signup("slow@example.com", pw), "/user/api")
+	tok := regexp.MustCompile(`<meta name="csrf-token" content="([0-9a-f]+)">`).FindStringSubmatch(c.get("/user/api").body)[1]
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	feed, err := sim.New(1, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := api.New(api.Config{Store: e.store, Market: market.New(market.Config{Feed: feed, Store: e.store, Log: log}), Log: log,
+		Dashboard: e.dash.Handler(), BodyTimeout: 300 * time.Millisecond})
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	conn, err := net.Dial("tcp", hs.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second)) // the test fails rather than hangs
+	fmt.Fprintf(conn, "POST /user/api/data/keys HTTP/1.1\r\nHost: x\r\nCookie: %s=%s\r\nX-CSRF-Token: %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"name\":",
+		sessionCookie, c.cookie(sessionCookie), tok)
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body: %v", err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), `"code":"REQUEST_TIMEOUT"`) {
+		t.Errorf("a stalled key form: %d %s", res.StatusCode, body)
 	}
 }

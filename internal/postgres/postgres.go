@@ -160,13 +160,6 @@ func (db *DB) migrate(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("create schema_migrations: %w", err)
 			}
-			var newest int64
-			if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&newest); err != nil {
-				return fmt.Errorf("read schema_migrations: %w", err)
-			}
-			if err := migrate.CheckNotNewer(newest, ms); err != nil {
-				return err
-			}
 			var applied bool
 			err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)`, m.Version).Scan(&applied)
 			if err != nil || applied {
@@ -183,7 +176,14 @@ func (db *DB) migrate(ctx context.Context) error {
 			return fmt.Errorf("migration %s: %w", m.Name, err)
 		}
 	}
-	return nil
+	// Once all of this binary's migrations are in (a newer schema has
+	// them all already, so the loop above changed nothing), one look for
+	// a version it does not know.
+	var newest int64
+	if err := db.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&newest); err != nil {
+		return fmt.Errorf("read schema_migrations: %w", err)
+	}
+	return migrate.CheckNotNewer(newest, ms)
 }
 
 // truncate returns t as it reads back from the database: UTC, whole
