@@ -367,6 +367,51 @@ func TestCallsAreMeteredAtTheLimitersTime(t *testing.T) {
 	}
 }
 
+// GET /usage takes its month and day from the limiter's clock too: on a
+// node 90 s ahead, just before the limiter's month ends, month_calls,
+// daily and month_resets_at describe the month the windows count in, not
+// the node's next one.
+func TestUsageMonthIsTheLimiters(t *testing.T) {
+	t.Parallel()
+	srv := newSkewedServer(t, nil, 90*time.Second)
+	srv.mu.Lock()
+	srv.now = time.Date(2026, 11, 30, 23, 58, 0, 0, time.UTC)
+	srv.mu.Unlock()
+	key, _ := newKey(t, newUser(t, coinpulse.TierPremium, nil), coinpulse.ModeLive, rw, nil)
+	for range 3 {
+		if res := do(t, srv.Server, "GET", "/api/v1/markets/global", key); res.Status != http.StatusOK {
+			t.Fatalf("GET /markets/global: %d %s", res.Status, res.Raw)
+		}
+		srv.advance(time.Second)
+	}
+	srv.flush(t)
+	srv.advance(75 * time.Second) // the limiter at 23:59:18, the node at 00:00:48 on December 1
+	usage := decode[struct {
+		MonthCalls    int64     `json:"month_calls"`
+		MonthResetsAt time.Time `json:"month_resets_at"`
+		Windows       []struct {
+			Window   string     `json:"window"`
+			ResetsAt *time.Time `json:"resets_at"`
+		} `json:"windows"`
+		Daily []struct {
+			Date  string `json:"date"`
+			Calls int64  `json:"calls"`
+		} `json:"daily"`
+	}](t, do(t, srv.Server, "GET", "/api/v1/usage", key))
+	december := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	if usage.MonthCalls != 3 || !usage.MonthResetsAt.Equal(december) {
+		t.Errorf("month_calls %d, month_resets_at %s; want 3 and %s", usage.MonthCalls, usage.MonthResetsAt, december)
+	}
+	if n := len(usage.Daily); n == 0 || usage.Daily[n-1].Date != "2026-11-30" || usage.Daily[n-1].Calls != 3 {
+		t.Errorf("daily ends %+v; want 2026-11-30 with 3 calls", usage.Daily[max(0, len(usage.Daily)-2):])
+	}
+	for _, w := range usage.Windows {
+		if w.Window == "month" && (w.ResetsAt == nil || !w.ResetsAt.Equal(usage.MonthResetsAt)) {
+			t.Errorf("the month window resets at %v, month_resets_at says %s", w.ResetsAt, usage.MonthResetsAt)
+		}
+	}
+}
+
 // gatedLimiter is a limiter whose Allow waits until open is closed.
 type gatedLimiter struct {
 	coinpulse.Limiter

@@ -82,8 +82,36 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
 	}
 	e := exchangeOf(w)
 	p := e.principal
-	now := s.clock().UTC()
 	plan := s.planMap()[p.user.Tier]
+	// The month and the day are the limiter's, as the meter's are (calls
+	// are metered at the limiter's time): on a node whose clock is off
+	// from Redis's, month_calls, daily and month_resets_at then describe
+	// the month the windows below count in. Keys expire on this node's
+	// clock, which authenticates them.
+	nodeNow := s.clock().UTC()
+	now := nodeNow
+	var account string
+	var v *coinpulse.Verdict
+	if s.limiter != nil {
+		// The windows of this key's other calls (not of /usage itself):
+		// those its headers already describe, from the check of this call,
+		// so that the body shows the same snapshot without a second trip
+		// to the limiter.
+		var limits coinpulse.Limits
+		account, limits = s.limitsOf(p, Route{})
+		v = e.standing
+		if v == nil {
+			// The check's look failed: one more try.
+			pv, err := s.limiter.Peek(r.Context(), account, limits)
+			if err != nil {
+				w.Header().Set("Retry-After", "1")
+				return &coinpulse.Error{Code: coinpulse.CodeUnavailable, Message: "Rate limits cannot be read right now; retry in a second.", Err: err}
+			}
+			s.setStandingHeaders(w.Header(), p, &pv)
+			v = &pv
+		}
+		now = s.decidedAt(v).UTC()
+	}
 	u, err := s.store.Usage(r.Context(), p.user.ID, now)
 	if err != nil {
 		return err
@@ -98,23 +126,7 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
 		ResponseTimeMS: map[string]float64{"p50": ms(u.P50), "p95": ms(u.P95), "p99": ms(u.P99)},
 		Windows:        []usageWindow{}, Daily: make([]usageDay, len(u.Daily)), Keys: []usageKey{}, Recent: make([]usageCall, len(u.Recent)),
 	}
-	if s.limiter != nil {
-		// The windows of this key's other calls (not of /usage itself):
-		// those its headers already describe, from the check of this call,
-		// so that the body shows the same snapshot without a second trip
-		// to the limiter.
-		account, limits := s.limitsOf(p, Route{})
-		v := e.standing
-		if v == nil {
-			// The check's look failed: one more try.
-			pv, err := s.limiter.Peek(r.Context(), account, limits)
-			if err != nil {
-				w.Header().Set("Retry-After", "1")
-				return &coinpulse.Error{Code: coinpulse.CodeUnavailable, Message: "Rate limits cannot be read right now; retry in a second.", Err: err}
-			}
-			s.setStandingHeaders(w.Header(), p, &pv)
-			v = &pv
-		}
+	if v != nil {
 		for _, st := range v.Windows {
 			uw := usageWindow{Window: st.Window, Limit: limitPtr(st.Limit)}
 			if st.Window == coinpulse.WindowMonth && account == p.live && plan.Endpoints == coinpulse.EndpointsNone {
@@ -139,7 +151,7 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
 	}
 	for _, k := range keys {
 		ku, used := calls[k.ID]
-		if !used && !k.Active(now) {
+		if !used && !k.Active(nodeNow) {
 			continue
 		}
 		v := usageKey{ID: k.ID, Name: k.Name, Key: k.Display(), Mode: k.Mode, Calls: ku.Calls}
