@@ -445,6 +445,7 @@ func TestServeRejectsBadConfig(t *testing.T) {
 		{"serve", "--sandbox-per-second", "0"},
 		{"serve", "--sandbox-per-minute", "-1"},
 		{"serve", "--sandbox-per-minute", "1000000001"},
+		{"serve", "--sandbox-per-second", "3000", "--sandbox-per-minute", "50"}, // swapped
 		{"serve", "--shutdown-timeout", "0s"},
 		{"serve", "--sim-coins", "5"},
 		{"serve", "--sim-coins", "-5"},

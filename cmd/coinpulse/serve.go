@@ -112,6 +112,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, fmt.Errorf("--sandbox-per-second %d: from 1 to %d", c.sandbox.PerSecond, coinpulse.MaxRate)
 	case c.sandbox.PerMinute < 1 || c.sandbox.PerMinute > coinpulse.MaxRate:
 		return c, fmt.Errorf("--sandbox-per-minute %d: from 1 to %d", c.sandbox.PerMinute, coinpulse.MaxRate)
+	case c.sandbox.PerSecond > c.sandbox.PerMinute:
+		return c, fmt.Errorf("--sandbox-per-second %d is above --sandbox-per-minute %d: the minute would always bind first; swapped?", c.sandbox.PerSecond, c.sandbox.PerMinute)
 	case c.meterInterval < 10*time.Millisecond || c.meterInterval > time.Second:
 		return c, fmt.Errorf("--meter-interval %s: from 10ms to 1s (a crash loses at most one interval)", c.meterInterval)
 	case c.deliveryLease < minDeliveryLease:
