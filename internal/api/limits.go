@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"io"
 	"math/bits"
 	"net/http"
 	"strconv"
@@ -315,8 +316,9 @@ func (s *Server) simulate(e *exchange, r *http.Request) error {
 	if e.principal.key.Mode != coinpulse.ModeTest {
 		return coinpulse.ValidationError("X-Sandbox-Simulate", "only sandbox (sk_test_) keys may simulate failures")
 	}
-	switch strings.TrimSpace(strings.Join(what, ",")) {
+	switch how := strings.TrimSpace(strings.Join(what, ",")); how {
 	case simulateRateLimit:
+		e.simulated = how
 		// The headers say what a real refusal by the second window
 		// would: nothing left, whole again in a second.
 		now := s.clock()
@@ -326,18 +328,26 @@ func (s *Server) simulate(e *exchange, r *http.Request) error {
 		e.Header().Set("Retry-After", "1")
 		return coinpulse.Errorf(coinpulse.CodeRateLimitExceeded, "Simulated: the limit of calls per second is reached (X-Sandbox-Simulate: rate_limit); retry in 1s.")
 	case simulateServerError:
+		e.simulated = how
 		return &coinpulse.Error{Code: coinpulse.CodeServerError, Message: "Simulated.", Err: errSimulated}
 	case simulateTimeout:
+		e.simulated = how
+		// net/http notices a client that hangs up only once the request's
+		// body is read (it is capped at --max-body and given 30 s).
+		_, _ = io.Copy(io.Discard, r.Body)
 		t := time.NewTimer(simulateTimeoutFor)
 		defer t.Stop()
 		select {
 		case <-t.C:
 		case <-r.Context().Done():
+			return coinpulse.Errorf(coinpulse.CodeUnavailable, "Simulated: the request timed out (X-Sandbox-Simulate: timeout); the client hung up first.")
 		case <-s.stopping:
 			// A graceful shutdown does not wait out the simulation.
+			s.peekHeaders(e, r) // where the key stands now, not at its check
 			e.Header().Set("Retry-After", "1")
 			return coinpulse.Errorf(coinpulse.CodeUnavailable, "Simulated: the request timed out (X-Sandbox-Simulate: timeout), cut short because the server is shutting down.")
 		}
+		s.peekHeaders(e, r)
 		e.Header().Set("Retry-After", "1")
 		return coinpulse.Errorf(coinpulse.CodeUnavailable, "Simulated: the request timed out after %s (X-Sandbox-Simulate: timeout).", simulateTimeoutFor)
 	}

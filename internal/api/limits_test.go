@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -255,6 +256,29 @@ func TestSandboxLimitsAndSimulation(t *testing.T) {
 	}
 	wantError(t, do(t, srv.Server, "GET", "/api/v1/markets/global", sandbox, "X-Sandbox-Simulate", "meteor"), http.StatusUnprocessableEntity, coinpulse.CodeValidation)
 	wantError(t, do(t, srv.Server, "GET", "/api/v1/markets/global", live, "X-Sandbox-Simulate", "rate_limit"), http.StatusUnprocessableEntity, coinpulse.CodeValidation)
+	// A stream whose key comes in its first message cannot simulate: the
+	// header is refused before the upgrade.
+	res = do(t, srv.Server, "GET", "/api/v1/ws", "", "X-Sandbox-Simulate", "rate_limit", "Connection", "Upgrade", "Upgrade", "websocket", "Sec-WebSocket-Version", "13", "Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+	wantError(t, res, http.StatusUnprocessableEntity, coinpulse.CodeValidation)
+	if len(res.Error.Details) != 1 || res.Error.Details[0].Field != "X-Sandbox-Simulate" {
+		t.Errorf("/ws without a key header, with X-Sandbox-Simulate: details %+v", res.Error.Details)
+	}
+	// The simulations are counted apart from real answers in /metrics.
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{
+		`coinpulse_sandbox_simulations_total{route="/api/v1/markets/global",simulation="rate_limit"} 1`,
+		`coinpulse_sandbox_simulations_total{route="/api/v1/markets/global",simulation="server_error"} 1`,
+	} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	for _, unwanted := range []string{`status="500"`, `status="429"`} {
+		if strings.Contains(rec.Body.String(), unwanted) {
+			t.Errorf("/metrics counts a simulated answer as a request with %s", unwanted)
+		}
+	}
 }
 
 // Failing sandbox calls stay held to the abuse limit: simulated 500s,
@@ -527,6 +551,64 @@ func TestSimulatedTimeout(t *testing.T) {
 	wantError(t, res, http.StatusServiceUnavailable, coinpulse.CodeUnavailable)
 	if time.Since(start) < 50*time.Millisecond {
 		t.Errorf("simulated timeout answered after %s", time.Since(start))
+	}
+}
+
+// A simulated timeout's 503 tells where the key stands when it is
+// answered, not 30 s earlier at its check: here the clock moves 2 s
+// during the wait, and the abuse limit's windows are whole again.
+func TestSimulatedTimeoutHeadersAreFresh(t *testing.T) {
+	srv := newLimitedServer(t, nil)
+	old := simulateTimeoutFor
+	simulateTimeoutFor = 300 * time.Millisecond
+	t.Cleanup(func() { simulateTimeoutFor = old })
+	sandbox, _ := newKey(t, newUser(t, coinpulse.TierPro, nil), coinpulse.ModeTest, rw, nil)
+	go func() {
+		for deadline := time.Now().Add(10 * time.Second); srv.running.Load() == 0 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		srv.advance(2 * time.Second)
+	}()
+	res := do(t, srv.Server, "GET", "/api/v1/markets/global", sandbox, "X-Sandbox-Simulate", "timeout")
+	wantError(t, res, http.StatusServiceUnavailable, coinpulse.CodeUnavailable)
+	// At the check: the second window, 49 of 50 left. Two seconds later:
+	// every window whole, the minute (the longer one) described.
+	want := fmt.Sprint(DefaultSandboxLimits.PerMinute)
+	if l, r := res.Header.Get("X-RateLimit-Limit"), res.Header.Get("X-RateLimit-Remaining"); l != want || r != want {
+		t.Errorf("503 after the wait: X-RateLimit-Limit %s, Remaining %s; want %s and %s", l, r, want, want)
+	}
+}
+
+// A client that gives up on a simulated timeout ends the call, a request
+// with a body too (net/http notices a hang-up only once the body is read).
+func TestSimulatedTimeoutEndsWhenTheClientHangsUp(t *testing.T) {
+	t.Parallel()
+	srv := newLimitedServer(t, nil)
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	sandbox, _ := newKey(t, newUser(t, coinpulse.TierPro, nil), coinpulse.ModeTest, rw, nil)
+	for _, method := range []string{"GET", "POST"} {
+		conn, err := net.Dial("tcp", ts.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := ""
+		if method == "POST" {
+			body = `{"name":"hang"}`
+		}
+		fmt.Fprintf(conn, "%s /api/v1/portfolio HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nX-Sandbox-Simulate: timeout\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", method, sandbox, len(body), body)
+		for deadline := time.Now().Add(10 * time.Second); srv.running.Load() == 0; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the simulated timeout never started", method)
+			}
+		}
+		conn.Close()
+		// simulateTimeoutFor is 30 s: the call must end long before.
+		for deadline := time.Now().Add(10 * time.Second); srv.running.Load() != 0; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the call still runs 10 s after its client hung up", method)
+			}
+		}
 	}
 }
 

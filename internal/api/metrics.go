@@ -17,7 +17,10 @@ type metrics struct {
 	reg      *prometheus.Registry
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
-	handler  http.Handler
+	// simulations are X-Sandbox-Simulate answers, kept out of requests
+	// and latency so that a subscriber testing its retries pages no one.
+	simulations *prometheus.CounterVec
+	handler     http.Handler
 }
 
 func newMetrics() *metrics {
@@ -31,7 +34,11 @@ func newMetrics() *metrics {
 		Help:    "HTTP request latency by route pattern.",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 	}, []string{"route"})
-	m.reg.MustRegister(m.requests, m.latency, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.simulations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "coinpulse_sandbox_simulations_total",
+		Help: "Sandbox calls answered with a failure they asked for (X-Sandbox-Simulate), by route pattern and failure; not in coinpulse_http_requests_total.",
+	}, []string{"route", "simulation"})
+	m.reg.MustRegister(m.requests, m.latency, m.simulations, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
 }
@@ -105,4 +112,10 @@ func (r *routeMetrics) observe(status int, d time.Duration) {
 		return
 	}
 	r.m.requests.WithLabelValues(r.route, strconv.Itoa(status)).Inc()
+}
+
+// simulation counts a sandbox call answered with the failure how that it
+// asked for, instead of its status and latency.
+func (r *routeMetrics) simulation(how string) {
+	r.m.simulations.WithLabelValues(r.route, how).Inc()
 }

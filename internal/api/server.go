@@ -340,6 +340,9 @@ type exchange struct {
 	// Nil when they come from a counted call's check, or are not set.
 	// GET /usage shows it rather than asking the limiter again.
 	standing *coinpulse.Verdict
+	// simulated is the X-Sandbox-Simulate failure the answer acts out,
+	// or "": the request metrics count it apart from real answers.
+	simulated string
 }
 
 // exchangeOf returns the request state behind w (a bare one for writers
@@ -548,7 +551,11 @@ func meterLabel(rt Route) string {
 // finish accounts for a call that took took: the metrics, the meter (and
 // the limiter's refund) and the debug log all see the same duration.
 func (s *Server) finish(e *exchange, r *http.Request, rt Route, label string, obs *routeMetrics, took time.Duration) {
-	obs.observe(e.status, took)
+	if e.simulated != "" {
+		obs.simulation(e.simulated)
+	} else {
+		obs.observe(e.status, took)
+	}
 	s.meter(e, r, rt, label, took)
 	if s.meterer != nil {
 		s.running.Add(-1)
@@ -572,6 +579,11 @@ func (s *Server) admit(e *exchange, r *http.Request, rt Route) error {
 	if rt.Access == Public || rt.KeyOptional && !carriesKey(r) {
 		if tooLarge {
 			return s.bodyTooLarge(r)
+		}
+		if _, simulates := r.Header["X-Sandbox-Simulate"]; simulates && rt.KeyOptional {
+			// The key comes in the stream's first message, after the
+			// upgrade a simulation would have to answer instead of.
+			return coinpulse.ValidationError("X-Sandbox-Simulate", "needs the key in the Authorization or X-API-Key header; a key sent in the stream's first message comes too late to simulate anything")
 		}
 		return nil
 	}
