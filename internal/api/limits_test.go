@@ -1016,16 +1016,19 @@ func TestSetPlans(t *testing.T) {
 	t.Parallel()
 	srv := newLimitedServer(t, nil)
 	key, _ := newKey(t, newUser(t, coinpulse.TierPremium, nil), coinpulse.ModeLive, rw, nil)
-	limit := func(want string) {
+	limit := func(want, remaining string) {
 		t.Helper()
 		res := do(t, srv.Server, "GET", "/api/v1/markets/global", key)
-		if res.Status != 200 || res.Header.Get("X-RateLimit-Limit") != want {
-			t.Fatalf("status %d, X-RateLimit-Limit %q; want 200 and %s", res.Status, res.Header.Get("X-RateLimit-Limit"), want)
+		if res.Status != 200 || res.Header.Get("X-RateLimit-Limit") != want || res.Header.Get("X-RateLimit-Remaining") != remaining {
+			t.Fatalf("status %d, X-RateLimit-Limit %q, Remaining %q; want 200, %s and %s", res.Status,
+				res.Header.Get("X-RateLimit-Limit"), res.Header.Get("X-RateLimit-Remaining"), want, remaining)
 		}
 	}
-	limit("5") // the second window, premium's 5 a second, is the closest
+	limit("5", "4") // the second window, premium's 5 a second, is the closest
 	srv.SetPlans(t.Context(), plansWith(coinpulse.TierPremium, func(p *coinpulse.Plan) { p.PerSecond, p.PerMinute = 50, 600 }))
-	limit("50")
+	// The call before counts as one call of the new plan (the clock
+	// stands still): 48 of 50 left after this one.
+	limit("50", "48")
 	srv.SetPlans(t.Context(), proOnlyPlans(t))
 	res := do(t, srv.Server, "GET", "/api/v1/markets/global", key)
 	wantError(t, res, http.StatusForbidden, coinpulse.CodePermissionDenied)

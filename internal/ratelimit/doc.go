@@ -27,6 +27,12 @@
 //     Memory, a microsecond in Redis) and W is taken as L·T, so that a
 //     burst is exactly L calls whatever L; a limit above one call per unit
 //     behaves as one call per unit with a burst of L.
+//     Limits may change between checks (a plan reload, a tier change): the
+//     state keeps the T its TAT was built with, and the first check under
+//     another T, Peek or Allow, refused or not, re-expresses the backlog:
+//     TAT = now + min(⌈(TAT − now)·T'/T⌉, L'·T'), so the calls it stands
+//     for count as calls of the new limits, and more than a whole window
+//     of them refuse calls for one new interval.
 //   - month is a counter per account and calendar month (UTC, from 00:00
 //     on the 1st): a call is admitted iff count < Monthly; Reset is the
 //     first instant of the next month and a refusal's RetryAfter is
@@ -52,7 +58,9 @@
 // Refund gives an admitted call back, for a call that failed with a 5xx,
 // which does not count. Each rolling window gets back what is left of the
 // call's slot (its TAT moves back by up to one emission interval: the
-// part of [end−T, end) still ahead, where end is the TAT the call left),
+// part of [end−T, end) still ahead, where end is the TAT the call left;
+// under limits changed since, that part re-expressed as above, so at
+// most one call of the limits in force),
 // so a refund never frees room the window has already moved past, as
 // after an idle gap; the month the call was admitted in gets its count
 // down one, never below zero, and a month begun since gets nothing.
@@ -105,10 +113,15 @@
 // with the account in a hash tag so that a cluster keeps them on one slot
 // ("cp:rl:" is the default prefix, see WithPrefix):
 //
-//	cp:rl:{<account>}:s            second window's TAT, µs since the epoch
-//	cp:rl:{<account>}:m            minute window's TAT, µs since the epoch
+//	cp:rl:{<account>}:s            second window: "<TAT> <T>", µs
+//	cp:rl:{<account>}:m            minute window: "<TAT> <T>", µs
 //	cp:rl:{<account>}:mo:<YYYYMM>  the month's call count
 //
+// The TAT is in µs since the epoch, T the emission interval it was built
+// with (a bare TAT, as versions before T was kept wrote, is read as one of
+// unknown T, which is never re-expressed; those versions read the new
+// form as an absent key, so while nodes of both share a Redis the older
+// ones hold calls to the month alone).
 // Tests may pass the script a time of their own instead of TIME (an
 // unexported option). The TAT keys expire at their TAT (an expired TAT and an absent one mean
 // the same: idle); a month key expires a day after its month ends. When

@@ -37,13 +37,24 @@ end
 -- from Redis only the first time the run meets it, and the run writes
 -- each changed key once, at its end. So the checks of one account that
 -- share a run cost Redis one read and one write of each of its keys.
--- A value is a number, or false when the key is absent.
-local cache, ttl = {}, {}
+-- A value is a number, or false when the key is absent. A rolling
+-- window's key holds "TAT T": its TAT and the emission interval T it was
+-- built with (a bare TAT, as written before T was kept, has no T); tee
+-- holds the T.
+local cache, ttl, tee = {}, {}, {}
 local function get(key)
   local v = cache[key]
   if v == nil then
     local r = redis.call('GET', key)
-    v = r and tonumber(r) or false
+    v = false
+    if r then
+      local a, b = string.match(r, '^(-?%d+) (%d+)$')
+      if a then
+        v, tee[key] = tonumber(a), tonumber(b)
+      else
+        v = tonumber(r) or false
+      end
+    end
     cache[key] = v
   end
   return v
@@ -54,11 +65,32 @@ local function set(key, v, px)
   ttl[key] = px
 end
 
+local grace, pad = tonumber(ARGV[3]), tonumber(ARGV[4])
+
+-- scale re-expresses b, the backlog (TAT - now) of a window built with
+-- interval from, for interval t and burst tolerance tau: the calls it
+-- stands for count as calls of the new limits, rounded up, and at most a
+-- whole window of them (tau + t); see rate.scale in ratelimit.go.
+local function scale(b, from, t, tau)
+  if not from or from <= 0 or from == t or b <= 0 then
+    return b
+  end
+  return math.min(math.ceil(b * t / from), tau + t)
+end
+
 local function gcra(key, t, tau)
   if t <= 0 then
     return 1, now
   end
   local tat = get(key) or 0
+  if tat > now and tee[key] and tee[key] ~= t then
+    -- The limits changed since the TAT was built: the change is kept
+    -- at once, refused call or look alike, so that the calls it stands
+    -- for age as calls of the new limits.
+    tat = now + scale(tat - now, tee[key], t, tau)
+    set(key, tat, math.ceil((tat - now) / 1000) + pad)
+    tee[key] = t
+  end
   if tat < now then
     tat = now
   end
@@ -68,16 +100,16 @@ local function gcra(key, t, tau)
   return 1, tat
 end
 
-local function put(key, tat, t, pad)
+local function put(key, tat, t)
   if t <= 0 then
     return tat
   end
   tat = tat + t
   set(key, tat, math.ceil((tat - now) / 1000) + pad)
+  tee[key] = t
   return tat
 end
 
-local grace, pad = tonumber(ARGV[3]), tonumber(ARGV[4])
 local sets = {}
 local nsets = tonumber(ARGV[5])
 if not nsets or nsets < 0 or #ARGV ~= 5 + 7 * nsets + #KEYS then
@@ -125,8 +157,8 @@ local function check(i, sKey, mKey, moKey, mode, seed, p)
   if secOK == 1 and minOK == 1 and monthOK == 1 then
     allowed = 1
     if mode == '1' then
-      secTAT = put(sKey, secTAT, secT, pad)
-      minTAT = put(mKey, minTAT, minT, pad)
+      secTAT = put(sKey, secTAT, secT)
+      minTAT = put(mKey, minTAT, minT)
       count = count + 1
       set(moKey, count, monthTTL)
     end
@@ -146,6 +178,10 @@ for i = 1, #KEYS / 3 do
   check(i, KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], ARGV[a + 1], ARGV[a + 2], sets[tonumber(ARGV[a + 3])])
 end
 for key, px in pairs(ttl) do
-  redis.call('SET', key, int(cache[key]), 'PX', int(px))
+  local v = int(cache[key])
+  if tee[key] then
+    v = v .. ' ' .. int(tee[key])
+  end
+  redis.call('SET', key, v, 'PX', int(px))
 end
 return replies

@@ -27,7 +27,11 @@ type shard struct {
 
 // accountState is one account's windows; times in ns since the epoch.
 type accountState struct {
-	sec, min             int64 // TATs; 0 when never used
+	sec, min int64 // TATs; 0 when never used
+	// secT and minT are the emission intervals sec and min were built
+	// with (0: none yet), so that a change of limits re-expresses the
+	// calls they stand for in the new limits' terms (see rate.scale).
+	secT, minT           int64
 	monthStart, monthEnd int64 // the month count is for
 	count                int64
 }
@@ -136,6 +140,7 @@ func (a *accountState) check(now int64, l *coinpulse.Limits, commit bool) coinpu
 		count:    a.count,
 		monthEnd: a.monthEnd,
 	}
+	a.rescale(&r.sec, &r.min, now)
 	r.secTAT, r.secOK = r.sec.check(a.sec, now)
 	r.minTAT, r.minOK = r.min.check(a.min, now)
 	r.monthOK = r.monthly <= 0 || a.count < r.monthly
@@ -167,8 +172,14 @@ func (m *Memory) Refund(ctx context.Context, account string, l coinpulse.Limits,
 		return nil
 	}
 	now := m.clock().UnixNano()
-	a.sec -= newRate(int64(l.PerSecond), secondNS, 1).held(adm.Second, now)
-	a.min -= newRate(int64(l.PerMinute), minuteNS, 1).held(adm.Minute, now)
+	sec, minute := newRate(int64(l.PerSecond), secondNS, 1), newRate(int64(l.PerMinute), minuteNS, 1)
+	// Under limits changed since the call, its slot is re-expressed as
+	// the windows are: it gives back at most one call of the limits in
+	// force.
+	secFrom, minFrom := a.secT, a.minT
+	a.rescale(&sec, &minute, now)
+	a.sec -= sec.held(adm.Second, now, secFrom)
+	a.min -= minute.held(adm.Minute, now, minFrom)
 	at := now
 	if !adm.At.IsZero() {
 		at = adm.At.UnixNano()
@@ -177,4 +188,21 @@ func (m *Memory) Refund(ctx context.Context, account string, l coinpulse.Limits,
 		a.count--
 	}
 	return nil
+}
+
+// rescale re-expresses a's rolling windows in the emission intervals of
+// sec and min, when they limit (see rate.scale), and records them.
+func (a *accountState) rescale(sec, min *rate, now int64) {
+	if sec.limit > 0 {
+		if a.sec > now {
+			a.sec = now + sec.scale(a.sec-now, a.secT)
+		}
+		a.secT = sec.t
+	}
+	if min.limit > 0 {
+		if a.min > now {
+			a.min = now + min.scale(a.min-now, a.minT)
+		}
+		a.minT = min.t
+	}
 }

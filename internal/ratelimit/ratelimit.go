@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"math/bits"
 	"time"
 
 	"coinpulse"
@@ -53,6 +54,28 @@ func newRate(limit, window, unit int64) rate {
 	return rate{limit: limit, t: t, tau: (limit - 1) * t}
 }
 
+// scale re-expresses b, the backlog (TAT − now) of a window whose TAT was
+// built with emission interval from, in r's interval: b stands for b/from
+// calls, which count against r as b/from of its own, rounded up so that
+// none is lost, and at most a whole window of them (L·T: the window is
+// then refused for one interval). A plan or tier change makes from and
+// r.t differ; from 0 (not known) leaves b as it is.
+func (r rate) scale(b, from int64) int64 {
+	if r.limit == 0 || from <= 0 || from == r.t || b <= 0 {
+		return b
+	}
+	full := r.limit * r.t // at most the window: no overflow
+	hi, lo := bits.Mul64(uint64(b), uint64(r.t))
+	if hi >= uint64(from) {
+		return full // the quotient would not fit in 64 bits
+	}
+	q, rem := bits.Div64(hi, lo, uint64(from))
+	if rem != 0 {
+		q++
+	}
+	return int64(min(q, uint64(full)))
+}
+
 // check returns max(tat, now) and whether a call at now is admitted.
 func (r rate) check(tat, now int64) (int64, bool) {
 	if r.limit == 0 {
@@ -81,12 +104,19 @@ func (r rate) state(w coinpulse.Window, tat, now int64) coinpulse.WindowState {
 // right after it was admitted: the call took [end−T, end) of the window's
 // time, and the part before now has been used up (by the call, or by the
 // idle time that a TAT behind now stands for). A refund gives back only
-// this much, so it never frees a slot the window has moved past.
-func (r rate) held(end time.Time, now int64) int64 {
+// this much, so it never frees a slot the window has moved past. from is
+// the emission interval the window's TAT was built with (see scale): when
+// the limits changed since, the slot's rest is re-expressed in r's terms,
+// so that a refund gives back at most one call of the limits in force.
+func (r rate) held(end time.Time, now, from int64) int64 {
 	if r.limit == 0 || end.IsZero() {
 		return 0
 	}
-	return max(0, min(r.t, end.UnixNano()-now))
+	left := end.UnixNano() - now
+	if from > 0 && from != r.t {
+		left = r.scale(min(left, from), from)
+	}
+	return max(0, min(r.t, left))
 }
 
 // retryAfter is how long until a call refused at now with TAT tat would be

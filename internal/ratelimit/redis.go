@@ -394,10 +394,13 @@ func (r *Redis) seedMonthTry(ctx context.Context, account string, start time.Tim
 // refundScript gives back an admitted call: each rolling window's TAT
 // moves back by what is left of the call's slot at the server's time (see
 // rate.held), keeping its expiry, and the count of the month the call was
-// admitted in goes down one, where they exist. KEYS as limit.lua's, with
-// the month of the admission; ARGV: 1 now in µs, or empty to read TIME; 2, 3
-// the second window's T and the TAT the call left, in µs (T 0: does not
-// limit); 4, 5 the same for the minute window.
+// admitted in goes down one, where they exist. A window whose TAT was
+// built with another T (the limits changed since) is first re-expressed
+// in the T of the limits in force, as limit.lua does, and so is the
+// slot's rest. KEYS as limit.lua's, with the month of the admission;
+// ARGV: 1 now in µs, or empty to read TIME; 2, 3, 4 the second window's
+// T, τ and the TAT the call left, in µs (T 0: does not limit); 5, 6, 7
+// the same for the minute window.
 var refundScript = redis.NewScript(`
 local now
 if ARGV[1] ~= '' then
@@ -406,18 +409,54 @@ else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local function back(key, t, tat)
-  local held = math.min(t, tat - now)
-  if t <= 0 or held <= 0 then
+local function scale(b, from, t, tau)
+  if not from or from <= 0 or from == t or b <= 0 then
+    return b
+  end
+  return math.min(math.ceil(b * t / from), tau + t)
+end
+local function back(key, t, tau, tat)
+  if t <= 0 then
     return
   end
   local cur = redis.call('GET', key)
-  if cur then
-    redis.call('SET', key, string.format('%.0f', tonumber(cur) - held), 'KEEPTTL')
+  if not cur then
+    return
+  end
+  local v, from = string.match(cur, '^(-?%d+) (%d+)$')
+  if v then
+    v, from = tonumber(v), tonumber(from)
+  else
+    v = tonumber(cur)
+  end
+  if not v then
+    return
+  end
+  local left = tat - now
+  local moved = false
+  if from and from ~= t then
+    if v > now then
+      v = now + scale(v - now, from, t, tau)
+      moved = true
+    end
+    left = scale(math.min(left, from), from, t, tau)
+  end
+  local held = math.min(t, left)
+  if held <= 0 and not moved then
+    return
+  end
+  v = v - math.max(held, 0)
+  local val = string.format('%.0f %.0f', v, t)
+  local life = math.ceil((v - now) / 1000)
+  local pttl = redis.call('PTTL', key)
+  if moved and pttl >= 0 and life > pttl then
+    redis.call('SET', key, val, 'PX', life)
+  else
+    redis.call('SET', key, val, 'KEEPTTL')
   end
 end
-back(KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3]))
-back(KEYS[2], tonumber(ARGV[4]), tonumber(ARGV[5]))
+back(KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]))
+back(KEYS[2], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]))
 local count = redis.call('GET', KEYS[3])
 if count and tonumber(count) > 0 then
   redis.call('DECR', KEYS[3])
@@ -446,7 +485,7 @@ func (r *Redis) Refund(ctx context.Context, account string, l coinpulse.Limits, 
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	if err := refundScript.Run(ctx, r.client, r.keys(account, start).keys, nowArg,
-		sec.t/unit, slotEnd(sec, a.Second), minute.t/unit, slotEnd(minute, a.Minute)).Err(); err != nil {
+		sec.t/unit, sec.tau/unit, slotEnd(sec, a.Second), minute.t/unit, minute.tau/unit, slotEnd(minute, a.Minute)).Err(); err != nil {
 		return fmt.Errorf("ratelimit: redis refund: %w", err)
 	}
 	return nil
