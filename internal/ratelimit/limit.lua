@@ -48,9 +48,9 @@ local function get(key)
     local r = redis.call('GET', key)
     v = false
     if r then
-      local a, b = string.match(r, '^(-?%d+) (%d+)$')
-      if a then
-        v, tee[key] = tonumber(a), tonumber(b)
+      local i = string.find(r, ' ', 1, true)
+      if i then
+        v, tee[key] = tonumber(string.sub(r, 1, i - 1)) or false, tonumber(string.sub(r, i + 1))
       else
         v = tonumber(r) or false
       end
@@ -83,13 +83,16 @@ local function gcra(key, t, tau)
     return 1, now
   end
   local tat = get(key) or 0
-  if tat > now and tee[key] and tee[key] ~= t then
-    -- The limits changed since the TAT was built: the change is kept
-    -- at once, refused call or look alike, so that the calls it stands
-    -- for age as calls of the new limits.
-    tat = now + scale(tat - now, tee[key], t, tau)
-    set(key, tat, math.ceil((tat - now) / 1000) + pad)
-    tee[key] = t
+  local from = tee[key]
+  if from ~= t then
+    if from and tat > now then
+      -- The limits changed since the TAT was built: the change is kept
+      -- at once, refused call or look alike, so that the calls it
+      -- stands for age as calls of the new limits.
+      tat = now + scale(tat - now, from, t, tau)
+      set(key, tat, math.ceil((tat - now) / 1000) + pad)
+    end
+    tee[key] = t -- what the key holds from now on, once written
   end
   if tat < now then
     tat = now
@@ -106,7 +109,6 @@ local function put(key, tat, t)
   end
   tat = tat + t
   set(key, tat, math.ceil((tat - now) / 1000) + pad)
-  tee[key] = t
   return tat
 end
 
@@ -177,10 +179,16 @@ for i = 1, #KEYS / 3 do
   local a = first + 3 * (i - 1)
   check(i, KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], ARGV[a + 1], ARGV[a + 2], sets[tonumber(ARGV[a + 3])])
 end
+local suffix = {} -- ' <T>' by T, formatted once a run
 for key, px in pairs(ttl) do
-  local v = int(cache[key])
-  if tee[key] then
-    v = v .. ' ' .. int(tee[key])
+  local v, t = int(cache[key]), tee[key]
+  if t then
+    local sfx = suffix[t]
+    if not sfx then
+      sfx = ' ' .. int(t)
+      suffix[t] = sfx
+    end
+    v = v .. sfx
   end
   redis.call('SET', key, v, 'PX', int(px))
 end
