@@ -558,18 +558,19 @@ func TestSimulatedTimeout(t *testing.T) {
 // answered, not 30 s earlier at its check: here the clock moves 2 s
 // during the wait, and the abuse limit's windows are whole again.
 func TestSimulatedTimeoutHeadersAreFresh(t *testing.T) {
-	srv := newLimitedServer(t, nil)
 	old := simulateTimeoutFor
 	simulateTimeoutFor = 300 * time.Millisecond
 	t.Cleanup(func() { simulateTimeoutFor = old })
+	base := testServer(t)
+	clock := &limitedServer{now: time.Now().UTC()} // its clock only
+	lim := allowedLimiter{Limiter: ratelimit.NewMemory(clock.clock, nil), allowed: make(chan struct{}, 1)}
+	srv := New(Config{Store: shared.store, Market: base.market, Log: quiet, Clock: clock.clock, Limiter: lim})
 	sandbox, _ := newKey(t, newUser(t, coinpulse.TierPro, nil), coinpulse.ModeTest, rw, nil)
 	go func() {
-		for deadline := time.Now().Add(10 * time.Second); srv.running.Load() == 0 && time.Now().Before(deadline); {
-			time.Sleep(time.Millisecond)
-		}
-		srv.advance(2 * time.Second)
+		<-lim.allowed // the call is admitted and waits
+		clock.advance(2 * time.Second)
 	}()
-	res := do(t, srv.Server, "GET", "/api/v1/markets/global", sandbox, "X-Sandbox-Simulate", "timeout")
+	res := do(t, srv, "GET", "/api/v1/markets/global", sandbox, "X-Sandbox-Simulate", "timeout")
 	wantError(t, res, http.StatusServiceUnavailable, coinpulse.CodeUnavailable)
 	// At the check: the second window, 49 of 50 left. Two seconds later:
 	// every window whole, the minute (the longer one) described.
@@ -577,6 +578,21 @@ func TestSimulatedTimeoutHeadersAreFresh(t *testing.T) {
 	if l, r := res.Header.Get("X-RateLimit-Limit"), res.Header.Get("X-RateLimit-Remaining"); l != want || r != want {
 		t.Errorf("503 after the wait: X-RateLimit-Limit %s, Remaining %s; want %s and %s", l, r, want, want)
 	}
+}
+
+// allowedLimiter is a limiter that tells, once, when an Allow returned.
+type allowedLimiter struct {
+	coinpulse.Limiter
+	allowed chan struct{}
+}
+
+func (a allowedLimiter) Allow(ctx context.Context, account string, l coinpulse.Limits) (coinpulse.Verdict, error) {
+	v, err := a.Limiter.Allow(ctx, account, l)
+	select {
+	case a.allowed <- struct{}{}:
+	default:
+	}
+	return v, err
 }
 
 // A client that gives up on a simulated timeout ends the call, a request
