@@ -28,11 +28,13 @@
 //     burst is exactly L calls whatever L; a limit above one call per unit
 //     behaves as one call per unit with a burst of L.
 //     Limits may change between checks (a plan reload, a tier change): the
-//     state keeps the T its TAT was built with, and the first check under
-//     another T, Peek or Allow, refused or not, re-expresses the backlog:
-//     TAT = now + min(⌈(TAT − now)·T'/T⌉, L'·T'), so the calls it stands
-//     for count as calls of the new limits, and more than a whole window
-//     of them refuse calls for one new interval.
+//     state keeps, with the TAT, the interval U its calls were charged at.
+//     Under limits of another T, the backlog TAT − now stands for
+//     (TAT − now)/U calls, which count against the new L as calls
+//     (admitted iff TAT − now <= (L−1)·U; Remaining is L less their
+//     number rounded up) and age at the pace U until a call is admitted,
+//     which re-expresses the backlog in T (rounded up) before adding T. So
+//     no sequence of changes forgets or adds a call.
 //   - month is a counter per account and calendar month (UTC, from 00:00
 //     on the 1st): a call is admitted iff count < Monthly; Reset is the
 //     first instant of the next month and a refusal's RetryAfter is
@@ -59,8 +61,8 @@
 // which does not count. Each rolling window gets back what is left of the
 // call's slot (its TAT moves back by up to one emission interval: the
 // part of [end−T, end) still ahead, where end is the TAT the call left;
-// under limits changed since, that part re-expressed as above, so at
-// most one call of the limits in force),
+// under limits changed since, at most the U the window is charged at:
+// one call),
 // so a refund never frees room the window has already moved past, as
 // after an idle gap; the month the call was admitted in gets its count
 // down one, never below zero, and a month begun since gets nothing.
@@ -113,13 +115,13 @@
 // with the account in a hash tag so that a cluster keeps them on one slot
 // ("cp:rl:" is the default prefix, see WithPrefix):
 //
-//	cp:rl:{<account>}:s            second window: "<TAT> <T>", µs
-//	cp:rl:{<account>}:m            minute window: "<TAT> <T>", µs
+//	cp:rl:{<account>}:s            second window: "<TAT> <U>", µs
+//	cp:rl:{<account>}:m            minute window: "<TAT> <U>", µs
 //	cp:rl:{<account>}:mo:<YYYYMM>  the month's call count
 //
-// The TAT is in µs since the epoch, T the emission interval it was built
-// with (a bare TAT, as versions before T was kept wrote, is read as one of
-// unknown T, which is never re-expressed; those versions read the new
+// The TAT is in µs since the epoch, U the interval its calls were charged
+// at (a bare TAT, as versions before U was kept wrote, is read as one
+// charged at the T of the limits in force; those versions read the new
 // form as an absent key, so while nodes of both share a Redis the older
 // ones hold calls to the month alone).
 // Tests may pass the script a time of their own instead of TIME (an

@@ -15,9 +15,11 @@
 --       '0' to peek; the seed for an absent month key, or '' when there is
 --       none yet; and the index (from 1) of its parameter set.
 -- KEYS[3i-2 .. 3i]: check i's second TAT, minute TAT and month counter.
--- Reply: 8 integers per check, in order: allowed, secOK, secTAT, minOK,
--- minTAT, monthOK, count, now, with the TATs after the check (>= now) and
--- the month's count after it; or -1, now, 0... when the month key is
+-- Reply: 10 integers per check, in order: allowed, secOK, secTAT, minOK,
+-- minTAT, monthOK, count, now, secUnit, minUnit, with the TATs after the
+-- check (>= now), the month's count after it, and the interval each
+-- window's calls are charged at when it is not the window's T (the limits
+-- changed since), else 0; or -1, now, 0... when the month key is
 -- absent and no seed was given, -2, now, 0... when now is not in the
 -- check's month, or -3, now, 0... for every check of a run past its
 -- deadline.
@@ -38,9 +40,9 @@ end
 -- each changed key once, at its end. So the checks of one account that
 -- share a run cost Redis one read and one write of each of its keys.
 -- A value is a number, or false when the key is absent. A rolling
--- window's key holds "TAT T": its TAT and the emission interval T it was
--- built with (a bare TAT, as written before T was kept, has no T); tee
--- holds the T.
+-- window's key holds "TAT U": its TAT and the interval U its calls were
+-- charged at (a bare TAT, as written before U was kept, has none); tee
+-- holds the U.
 local cache, ttl, tee = {}, {}, {}
 local function get(key)
   local v = cache[key]
@@ -67,45 +69,49 @@ end
 
 local grace, pad = tonumber(ARGV[3]), tonumber(ARGV[4])
 
--- scale re-expresses b, the backlog (TAT - now) of a window built with
--- interval from, for interval t and burst tolerance tau: the calls it
--- stands for count as calls of the new limits, rounded up, and at most a
--- whole window of them (tau + t); see rate.scale in ratelimit.go.
-local function scale(b, from, t, tau)
-  if not from or from <= 0 or from == t or b <= 0 then
-    return b
-  end
-  return math.min(math.ceil(b * t / from), tau + t)
-end
-
+-- gcra checks a call at now against a rolling window of interval t and
+-- burst tolerance tau; it answers whether the call is admitted, the TAT
+-- (>= now), and the interval the window's calls were charged at when it
+-- is not t: that of the limits before a change, under which the calls
+-- count as calls and age at their own pace until one is admitted (see
+-- "A window's state" in ratelimit.go); 0 when it is t, -1 when the key
+-- holds none.
 local function gcra(key, t, tau)
   if t <= 0 then
-    return 1, now
+    return 1, now, 0
   end
   local tat = get(key) or 0
-  local from = tee[key]
-  if from ~= t then
-    if from and tat > now then
-      -- The limits changed since the TAT was built: the change is kept
-      -- at once, refused call or look alike, so that the calls it
-      -- stands for age as calls of the new limits.
-      tat = now + scale(tat - now, from, t, tau)
-      set(key, tat, math.ceil((tat - now) / 1000) + pad)
-    end
-    tee[key] = t -- what the key holds from now on, once written
-  end
   if tat < now then
     tat = now
   end
-  if tat - now > tau then
-    return 0, tat
+  local from = tee[key]
+  if from == t then
+    from = 0
+  elseif not from then
+    from = -1
   end
-  return 1, tat
+  local threshold = tau
+  if from > 0 then
+    threshold = tau / t * from -- L - 1 calls of the unit from
+  end
+  if tat - now > threshold then
+    return 0, tat, from
+  end
+  return 1, tat, from
 end
 
-local function put(key, tat, t)
+-- put admits a call to the window gcra answered tat and from for: the
+-- backlog re-expressed in t (rounded up) when it was charged at another
+-- interval, plus t.
+local function put(key, tat, t, from)
   if t <= 0 then
     return tat
+  end
+  if from ~= 0 then
+    if from > 0 then
+      tat = now + math.ceil((tat - now) * t / from)
+    end
+    tee[key] = t
   end
   tat = tat + t
   set(key, tat, math.ceil((tat - now) / 1000) + pad)
@@ -124,11 +130,12 @@ for j = 1, nsets do
 end
 
 local replies = {}
--- reply appends check i's 8 integers.
-local function reply(i, a, b, c, d, e, f, g, h)
-  local o = 8 * (i - 1)
+-- reply appends check i's 10 integers.
+local function reply(i, a, b, c, d, e, f, g, h, j, k)
+  local o = 10 * (i - 1)
   replies[o + 1], replies[o + 2], replies[o + 3], replies[o + 4] = a, b, c, d
   replies[o + 5], replies[o + 6], replies[o + 7], replies[o + 8] = e, f, g, h
+  replies[o + 9], replies[o + 10] = j or 0, k or 0
 end
 
 local function check(i, sKey, mKey, moKey, mode, seed, p)
@@ -147,8 +154,8 @@ local function check(i, sKey, mKey, moKey, mode, seed, p)
   end
 
   local secT, minT = p[3], p[5]
-  local secOK, secTAT = gcra(sKey, secT, p[4])
-  local minOK, minTAT = gcra(mKey, minT, p[6])
+  local secOK, secTAT, secFrom = gcra(sKey, secT, p[4])
+  local minOK, minTAT, minFrom = gcra(mKey, minT, p[6])
   local limit = p[7]
   local monthOK = 1
   if limit > 0 and count >= limit then
@@ -159,13 +166,14 @@ local function check(i, sKey, mKey, moKey, mode, seed, p)
   if secOK == 1 and minOK == 1 and monthOK == 1 then
     allowed = 1
     if mode == '1' then
-      secTAT = put(sKey, secTAT, secT)
-      minTAT = put(mKey, minTAT, minT)
+      secTAT = put(sKey, secTAT, secT, secFrom)
+      minTAT = put(mKey, minTAT, minT, minFrom)
+      secFrom, minFrom = 0, 0
       count = count + 1
       set(moKey, count, monthTTL)
     end
   end
-  reply(i, allowed, secOK, secTAT, minOK, minTAT, monthOK, count, now)
+  reply(i, allowed, secOK, secTAT, minOK, minTAT, monthOK, count, now, math.max(secFrom, 0), math.max(minFrom, 0))
 end
 
 if ARGV[2] ~= '' and now > tonumber(ARGV[2]) then

@@ -464,7 +464,8 @@ var clockCases = []struct {
 			noSecond, noMinute, ws(coinpulse.WindowMonth, 3, 0, may)))
 	}},
 	// A change of plan or tier mid-window: the calls made count as calls
-	// of the new limits, not as the time they took under the old ones.
+	// of the new limits, and age at the pace they were charged at until
+	// a call is admitted under the new ones, which re-expresses them.
 	{name: "limits raised mid-window", run: func(e *env) {
 		l := coinpulse.Limits{PerMinute: 60}
 		for range 30 {
@@ -472,7 +473,7 @@ var clockCases = []struct {
 		}
 		raised := coinpulse.Limits{PerMinute: 600}
 		e.want("a look after the raise", e.peek(raised), admitted(noSecond,
-			ws(coinpulse.WindowMinute, 600, 570, t0.Add(3*time.Second)), noMonth))
+			ws(coinpulse.WindowMinute, 600, 570, t0.Add(30*time.Second)), noMonth))
 		e.want("a call", e.allow(raised), admitted(noSecond,
 			ws(coinpulse.WindowMinute, 600, 569, t0.Add(3100*time.Millisecond)), noMonth))
 	}},
@@ -483,37 +484,52 @@ var clockCases = []struct {
 		}
 		lowered := coinpulse.Limits{PerMinute: 60}
 		e.want("20 calls, then a look under 60 a minute", e.peek(lowered), admitted(noSecond,
-			ws(coinpulse.WindowMinute, 60, 40, t0.Add(20*time.Second)), noMonth))
+			ws(coinpulse.WindowMinute, 60, 40, t0.Add(2*time.Second)), noMonth))
 		for range 280 { // back to 600: 300 calls in all
 			if v := e.allow(l); !v.Allowed {
 				e.t.Fatalf("a call under 600 a minute refused: %+v", v)
 			}
 		}
-		// 300 calls are more than a whole window of 60: refused for one
-		// interval, then one call a second.
-		e.want("a call under 60 a minute", e.allow(lowered), refused(coinpulse.WindowMinute, time.Second, noSecond,
-			ws(coinpulse.WindowMinute, 60, 0, t0.Add(time.Minute)), noMonth))
-		e.clock.Advance(999 * time.Millisecond)
-		e.want("999ms later", e.allow(lowered), refused(coinpulse.WindowMinute, time.Millisecond, noSecond,
-			ws(coinpulse.WindowMinute, 60, 0, t0.Add(time.Minute)), noMonth))
+		// 300 calls are more than 60 allow: refused until all but 59 have
+		// aged, at the pace of 600 a minute they were charged at.
+		e.want("a call under 60 a minute", e.allow(lowered), refused(coinpulse.WindowMinute, 24100*time.Millisecond, noSecond,
+			ws(coinpulse.WindowMinute, 60, 0, t0.Add(30*time.Second)), noMonth))
+		e.clock.Advance(24099 * time.Millisecond)
+		e.want("1ms before", e.allow(lowered), refused(coinpulse.WindowMinute, time.Millisecond, noSecond,
+			ws(coinpulse.WindowMinute, 60, 0, t0.Add(30*time.Second)), noMonth))
 		e.clock.Advance(time.Millisecond)
-		e.want("a second later", e.allow(lowered), admitted(noSecond,
-			ws(coinpulse.WindowMinute, 60, 0, t0.Add(61*time.Second)), noMonth))
+		e.want("then", e.allow(lowered), admitted(noSecond,
+			ws(coinpulse.WindowMinute, 60, 0, t0.Add(84100*time.Millisecond)), noMonth))
+		e.want("and a call a second after", e.allow(lowered), refused(coinpulse.WindowMinute, time.Second, noSecond,
+			ws(coinpulse.WindowMinute, 60, 0, t0.Add(84100*time.Millisecond)), noMonth))
 	}},
-	{name: "refund after the limits changed gives back one call of the new ones", run: func(e *env) {
+	{name: "limits lowered and raised again forget no call", run: func(e *env) {
+		l := coinpulse.Limits{PerMinute: 600}
+		for range 600 {
+			e.allow(l)
+		}
+		lowered := coinpulse.Limits{PerMinute: 60}
+		if v := e.allow(lowered); v.Allowed {
+			e.t.Fatalf("a call under 60 a minute after 600: %+v", v)
+		}
+		e.peek(lowered)
+		e.want("600 a minute again", e.allow(l), refused(coinpulse.WindowMinute, 100*time.Millisecond, noSecond,
+			ws(coinpulse.WindowMinute, 600, 0, t0.Add(time.Minute)), noMonth))
+	}},
+	{name: "refund after the limits changed gives back one call", run: func(e *env) {
 		l := coinpulse.Limits{PerSecond: 5}
 		v := e.allow(l)
 		e.allow(l)
 		raised := coinpulse.Limits{PerSecond: 50}
 		e.refund(raised, v)
 		e.want("raised: one of two calls given back", e.peek(raised), admitted(
-			ws(coinpulse.WindowSecond, 50, 49, t0.Add(20*time.Millisecond)), noMinute, noMonth))
+			ws(coinpulse.WindowSecond, 50, 49, t0.Add(200*time.Millisecond)), noMinute, noMonth))
 		e.clock.Advance(time.Second)
 		v = e.allow(raised)
 		e.allow(raised)
 		e.refund(l, v)
 		e.want("lowered: one of two calls given back", e.peek(l), admitted(
-			ws(coinpulse.WindowSecond, 5, 4, t0.Add(1200*time.Millisecond)), noMinute, noMonth))
+			ws(coinpulse.WindowSecond, 5, 4, t0.Add(1020*time.Millisecond)), noMinute, noMonth))
 	}},
 }
 

@@ -28,10 +28,9 @@ type shard struct {
 // accountState is one account's windows; times in ns since the epoch.
 type accountState struct {
 	sec, min int64 // TATs; 0 when never used
-	// secT and minT are the emission intervals sec and min were built
-	// with (0: none yet), so that a change of limits re-expresses the
-	// calls they stand for in the new limits' terms (see rate.scale).
-	secT, minT           int64
+	// secUnit and minUnit are the intervals the calls of sec and min
+	// were charged at (0: none yet): see rate.unit.
+	secUnit, minUnit     int64
 	monthStart, monthEnd int64 // the month count is for
 	count                int64
 }
@@ -136,23 +135,26 @@ func (a *accountState) check(now int64, l *coinpulse.Limits, commit bool) coinpu
 		now:      now,
 		sec:      newRate(int64(l.PerSecond), secondNS, 1),
 		min:      newRate(int64(l.PerMinute), minuteNS, 1),
+		secFrom:  a.secUnit,
+		minFrom:  a.minUnit,
 		monthly:  l.Monthly,
 		count:    a.count,
 		monthEnd: a.monthEnd,
 	}
-	a.rescale(&r.sec, &r.min, now)
-	r.secTAT, r.secOK = r.sec.check(a.sec, now)
-	r.minTAT, r.minOK = r.min.check(a.min, now)
+	r.secTAT, r.secOK = r.sec.check(a.sec, now, a.secUnit)
+	r.minTAT, r.minOK = r.min.check(a.min, now, a.minUnit)
 	r.monthOK = r.monthly <= 0 || a.count < r.monthly
 	r.allowed = r.secOK && r.minOK && r.monthOK
 	if r.allowed && commit {
 		if r.sec.limit > 0 {
-			r.secTAT += r.sec.t
-			a.sec = r.secTAT
+			r.secTAT = r.sec.next(r.secTAT, now, a.secUnit)
+			a.sec, a.secUnit = r.secTAT, r.sec.t
+			r.secFrom = r.sec.t
 		}
 		if r.min.limit > 0 {
-			r.minTAT += r.min.t
-			a.min = r.minTAT
+			r.minTAT = r.min.next(r.minTAT, now, a.minUnit)
+			a.min, a.minUnit = r.minTAT, r.min.t
+			r.minFrom = r.min.t
 		}
 		a.count++
 		r.count = a.count
@@ -172,14 +174,8 @@ func (m *Memory) Refund(ctx context.Context, account string, l coinpulse.Limits,
 		return nil
 	}
 	now := m.clock().UnixNano()
-	sec, minute := newRate(int64(l.PerSecond), secondNS, 1), newRate(int64(l.PerMinute), minuteNS, 1)
-	// Under limits changed since the call, its slot is re-expressed as
-	// the windows are: it gives back at most one call of the limits in
-	// force.
-	secFrom, minFrom := a.secT, a.minT
-	a.rescale(&sec, &minute, now)
-	a.sec -= sec.held(adm.Second, now, secFrom)
-	a.min -= minute.held(adm.Minute, now, minFrom)
+	a.sec -= newRate(int64(l.PerSecond), secondNS, 1).held(adm.Second, now, a.secUnit)
+	a.min -= newRate(int64(l.PerMinute), minuteNS, 1).held(adm.Minute, now, a.minUnit)
 	at := now
 	if !adm.At.IsZero() {
 		at = adm.At.UnixNano()
@@ -188,21 +184,4 @@ func (m *Memory) Refund(ctx context.Context, account string, l coinpulse.Limits,
 		a.count--
 	}
 	return nil
-}
-
-// rescale re-expresses a's rolling windows in the emission intervals of
-// sec and min, when they limit (see rate.scale), and records them.
-func (a *accountState) rescale(sec, min *rate, now int64) {
-	if sec.limit > 0 {
-		if a.sec > now {
-			a.sec = now + sec.scale(a.sec-now, a.secT)
-		}
-		a.secT = sec.t
-	}
-	if min.limit > 0 {
-		if a.min > now {
-			a.min = now + min.scale(a.min-now, a.minT)
-		}
-		a.minT = min.t
-	}
 }

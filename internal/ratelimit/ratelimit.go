@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"math"
 	"math/bits"
 	"time"
 
@@ -54,49 +55,75 @@ func newRate(limit, window, unit int64) rate {
 	return rate{limit: limit, t: t, tau: (limit - 1) * t}
 }
 
-// scale re-expresses b, the backlog (TAT − now) of a window whose TAT was
-// built with emission interval from, in r's interval: b stands for b/from
-// calls, which count against r as b/from of its own, rounded up so that
-// none is lost, and at most a whole window of them (L·T: the window is
-// then refused for one interval). A plan or tier change makes from and
-// r.t differ; from 0 (not known) leaves b as it is.
-func (r rate) scale(b, from int64) int64 {
-	if r.limit == 0 || from <= 0 || from == r.t || b <= 0 {
-		return b
+// A window's state is its TAT and the emission interval its calls were
+// charged at, its unit: T, unless the limits changed since (a plan reload,
+// a tier change), and 0 when not known (no state yet, or a Redis key of a
+// version that did not keep it), which stands for T. A backlog b = TAT −
+// now stands for b/unit calls, which count against the limits in force as
+// calls, and age out at the pace they were charged at; the first call
+// admitted under the new limits re-expresses them in T (see next). So no
+// sequence of changes forgets or adds a call, and after a lowering a
+// window holding more calls than the new limit allows is refused until
+// enough of them have aged out.
+
+// unit is the interval the window's calls were charged at.
+func (r rate) unit(from int64) int64 {
+	if from > 0 {
+		return from
 	}
-	full := r.limit * r.t // at most the window: no overflow
-	hi, lo := bits.Mul64(uint64(b), uint64(r.t))
-	if hi >= uint64(from) {
-		return full // the quotient would not fit in 64 bits
+	return r.t
+}
+
+// threshold is the largest backlog, in the unit from, at which a call is
+// admitted: L − 1 calls (τ when from is T).
+func (r rate) threshold(from int64) int64 {
+	hi, lo := bits.Mul64(uint64(r.limit-1), uint64(r.unit(from)))
+	if hi != 0 || lo > math.MaxInt64 {
+		return math.MaxInt64
 	}
-	q, rem := bits.Div64(hi, lo, uint64(from))
-	if rem != 0 {
-		q++
-	}
-	return int64(min(q, uint64(full)))
+	return int64(lo)
 }
 
 // check returns max(tat, now) and whether a call at now is admitted.
-func (r rate) check(tat, now int64) (int64, bool) {
+func (r rate) check(tat, now, from int64) (int64, bool) {
 	if r.limit == 0 {
 		return now, true
 	}
 	if tat < now {
 		tat = now
 	}
-	return tat, tat-now <= r.tau
+	return tat, tat-now <= r.threshold(from)
 }
 
-// state describes the window whose TAT is tat (>= now).
-func (r rate) state(w coinpulse.Window, tat, now int64) coinpulse.WindowState {
+// next is the TAT after admitting a call at now to a window whose TAT,
+// after check, is tat (>= now): the backlog re-expressed in T, rounded up
+// (it is at most τ, having been admitted), plus T.
+func (r rate) next(tat, now, from int64) int64 {
+	b := tat - now
+	if u := r.unit(from); u != r.t && b > 0 {
+		hi, lo := bits.Mul64(uint64(b), uint64(r.t))
+		q, rem := bits.Div64(hi, lo, uint64(u)) // b·T/u <= τ: no overflow
+		if rem != 0 {
+			q++
+		}
+		b = int64(q)
+	}
+	return now + b + r.t
+}
+
+// state describes the window whose TAT is tat (>= now): Remaining is L
+// less the calls the backlog stands for (rounded up), Reset when the
+// backlog has run out.
+func (r rate) state(w coinpulse.Window, tat, now, from int64) coinpulse.WindowState {
 	if r.limit == 0 {
 		return unlimited(w)
 	}
 	if tat < now {
 		tat = now
 	}
-	rem := (r.limit*r.t - (tat - now)) / r.t
-	rem = max(0, min(rem, r.limit))
+	u := r.unit(from)
+	calls := (tat - now + u - 1) / u
+	rem := max(0, min(r.limit-calls, r.limit))
 	return coinpulse.WindowState{Window: w, Limit: r.limit, Remaining: rem, Reset: time.Unix(0, tat).UTC()}
 }
 
@@ -104,25 +131,20 @@ func (r rate) state(w coinpulse.Window, tat, now int64) coinpulse.WindowState {
 // right after it was admitted: the call took [end−T, end) of the window's
 // time, and the part before now has been used up (by the call, or by the
 // idle time that a TAT behind now stands for). A refund gives back only
-// this much, so it never frees a slot the window has moved past. from is
-// the emission interval the window's TAT was built with (see scale): when
-// the limits changed since, the slot's rest is re-expressed in r's terms,
-// so that a refund gives back at most one call of the limits in force.
+// this much, so it never frees a slot the window has moved past; under
+// limits changed since, a slot of the unit the window's calls are charged
+// at, from: one call.
 func (r rate) held(end time.Time, now, from int64) int64 {
 	if r.limit == 0 || end.IsZero() {
 		return 0
 	}
-	left := end.UnixNano() - now
-	if from > 0 && from != r.t {
-		left = r.scale(min(left, from), from)
-	}
-	return max(0, min(r.t, left))
+	return max(0, min(r.unit(from), end.UnixNano()-now))
 }
 
 // retryAfter is how long until a call refused at now with TAT tat would be
 // admitted, rounded up to a whole millisecond and at least one.
-func (r rate) retryAfter(tat, now int64) time.Duration {
-	d := tat - r.tau - now
+func (r rate) retryAfter(tat, now, from int64) time.Duration {
+	d := tat - r.threshold(from) - now
 	d = (d + msNS - 1) / msNS * msNS
 	return time.Duration(max(d, msNS))
 }
@@ -136,21 +158,23 @@ func unlimited(w coinpulse.Window) coinpulse.WindowState {
 type result struct {
 	now      int64
 	sec, min rate
-	// secTAT and minTAT are the windows' TATs after the check (>= now).
-	secTAT, minTAT int64
-	monthly        int64 // <= 0: does not limit
-	count          int64 // the month's count after the check
-	monthEnd       int64 // first instant of the next month
-	secOK, minOK   bool  // whether each window admits the call
-	monthOK        bool
-	allowed        bool
+	// secTAT and minTAT are the windows' TATs after the check (>= now),
+	// in the units secFrom and minFrom (see rate.unit).
+	secTAT, minTAT   int64
+	secFrom, minFrom int64
+	monthly          int64 // <= 0: does not limit
+	count            int64 // the month's count after the check
+	monthEnd         int64 // first instant of the next month
+	secOK, minOK     bool  // whether each window admits the call
+	monthOK          bool
+	allowed          bool
 }
 
 // verdict builds the Verdict of r.
 func (r *result) verdict() coinpulse.Verdict {
 	v := coinpulse.Verdict{Allowed: r.allowed, Now: time.Unix(0, r.now).UTC()}
-	v.Windows[0] = r.sec.state(coinpulse.WindowSecond, r.secTAT, r.now)
-	v.Windows[1] = r.min.state(coinpulse.WindowMinute, r.minTAT, r.now)
+	v.Windows[0] = r.sec.state(coinpulse.WindowSecond, r.secTAT, r.now, r.secFrom)
+	v.Windows[1] = r.min.state(coinpulse.WindowMinute, r.minTAT, r.now, r.minFrom)
 	if r.monthly <= 0 {
 		v.Windows[2] = unlimited(coinpulse.WindowMonth)
 	} else {
@@ -165,10 +189,10 @@ func (r *result) verdict() coinpulse.Verdict {
 		return v
 	}
 	if !r.secOK {
-		v.Exceeded, v.RetryAfter = coinpulse.WindowSecond, r.sec.retryAfter(r.secTAT, r.now)
+		v.Exceeded, v.RetryAfter = coinpulse.WindowSecond, r.sec.retryAfter(r.secTAT, r.now, r.secFrom)
 	}
 	if !r.minOK {
-		if d := r.min.retryAfter(r.minTAT, r.now); d > v.RetryAfter {
+		if d := r.min.retryAfter(r.minTAT, r.now, r.minFrom); d > v.RetryAfter {
 			v.Exceeded, v.RetryAfter = coinpulse.WindowMinute, d
 		}
 	}

@@ -86,6 +86,9 @@ type Client interface {
 	Pipeline() redis.Pipeliner
 }
 
+// replyInts is the number of integers limit.lua answers a check with.
+const replyInts = 10
+
 // scriptCall is one check waiting for its pipeline.
 type scriptCall struct {
 	// group: checks of one group may share a script run (same test
@@ -286,20 +289,20 @@ func (r *Redis) check(ctx context.Context, account string, l coinpulse.Limits, c
 			return coinpulse.Verdict{}, fmt.Errorf("ratelimit: redis: %w", err)
 		}
 		switch {
-		case len(res) == 8 && res[0] == -3: // the run started past its deadline
+		case len(res) == replyInts && res[0] == -3: // the run started past its deadline
 			return coinpulse.Verdict{}, errLateRun
-		case len(res) == 8 && res[0] == -2: // another month on the server's clock
+		case len(res) == replyInts && res[0] == -2: // another month on the server's clock
 			start, end = monthBounds(time.UnixMicro(res[1]))
 			seed = ""
 			continue
-		case len(res) == 8 && res[0] == -1: // no state for this month yet
+		case len(res) == replyInts && res[0] == -1: // no state for this month yet
 			n, err := r.seedMonth(ctx, account, start)
 			if err != nil {
 				return coinpulse.Verdict{}, err
 			}
 			seed = strconv.FormatInt(n, 10)
 			continue
-		case len(res) != 8:
+		case len(res) != replyInts:
 			return coinpulse.Verdict{}, fmt.Errorf("ratelimit: redis: unexpected reply %v", res)
 		}
 		rs := result{
@@ -308,6 +311,8 @@ func (r *Redis) check(ctx context.Context, account string, l coinpulse.Limits, c
 			min:      minute,
 			secTAT:   res[2] * unit,
 			minTAT:   res[4] * unit,
+			secFrom:  res[8] * unit,
+			minFrom:  res[9] * unit,
 			monthly:  l.Monthly,
 			count:    res[6],
 			monthEnd: end.UnixNano(),
@@ -393,14 +398,12 @@ func (r *Redis) seedMonthTry(ctx context.Context, account string, start time.Tim
 
 // refundScript gives back an admitted call: each rolling window's TAT
 // moves back by what is left of the call's slot at the server's time (see
-// rate.held), keeping its expiry, and the count of the month the call was
-// admitted in goes down one, where they exist. A window whose TAT was
-// built with another T (the limits changed since) is first re-expressed
-// in the T of the limits in force, as limit.lua does, and so is the
-// slot's rest. KEYS as limit.lua's, with the month of the admission;
-// ARGV: 1 now in µs, or empty to read TIME; 2, 3, 4 the second window's
-// T, τ and the TAT the call left, in µs (T 0: does not limit); 5, 6, 7
-// the same for the minute window.
+// rate.held; a slot of the interval the window's calls are charged at),
+// keeping its expiry, and the count of the month the call was admitted
+// in goes down one, where they exist. KEYS as limit.lua's, with the month
+// of the admission; ARGV: 1 now in µs, or empty to read TIME; 2, 3 the
+// second window's T and the TAT the call left, in µs (T 0: does not
+// limit); 4, 5 the same for the minute window.
 var refundScript = redis.NewScript(`
 local now
 if ARGV[1] ~= '' then
@@ -409,13 +412,7 @@ else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local function scale(b, from, t, tau)
-  if not from or from <= 0 or from == t or b <= 0 then
-    return b
-  end
-  return math.min(math.ceil(b * t / from), tau + t)
-end
-local function back(key, t, tau, tat)
+local function back(key, t, tat)
   if t <= 0 then
     return
   end
@@ -423,40 +420,20 @@ local function back(key, t, tau, tat)
   if not cur then
     return
   end
-  local v, from = string.match(cur, '^(-?%d+) (%d+)$')
-  if v then
-    v, from = tonumber(v), tonumber(from)
-  else
-    v = tonumber(cur)
+  local v, unit = cur, t
+  local i = string.find(cur, ' ', 1, true)
+  if i then
+    v, unit = string.sub(cur, 1, i - 1), tonumber(string.sub(cur, i + 1)) or t
   end
-  if not v then
+  v = tonumber(v)
+  local held = math.min(unit, tat - now)
+  if not v or held <= 0 then
     return
   end
-  local left = tat - now
-  local moved = false
-  if from and from ~= t then
-    if v > now then
-      v = now + scale(v - now, from, t, tau)
-      moved = true
-    end
-    left = scale(math.min(left, from), from, t, tau)
-  end
-  local held = math.min(t, left)
-  if held <= 0 and not moved then
-    return
-  end
-  v = v - math.max(held, 0)
-  local val = string.format('%.0f %.0f', v, t)
-  local life = math.ceil((v - now) / 1000)
-  local pttl = redis.call('PTTL', key)
-  if moved and pttl >= 0 and life > pttl then
-    redis.call('SET', key, val, 'PX', life)
-  else
-    redis.call('SET', key, val, 'KEEPTTL')
-  end
+  redis.call('SET', key, string.format('%.0f %.0f', v - held, unit), 'KEEPTTL')
 end
-back(KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]))
-back(KEYS[2], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]))
+back(KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3]))
+back(KEYS[2], tonumber(ARGV[4]), tonumber(ARGV[5]))
 local count = redis.call('GET', KEYS[3])
 if count and tonumber(count) > 0 then
   redis.call('DECR', KEYS[3])
@@ -485,7 +462,7 @@ func (r *Redis) Refund(ctx context.Context, account string, l coinpulse.Limits, 
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	if err := refundScript.Run(ctx, r.client, r.keys(account, start).keys, nowArg,
-		sec.t/unit, sec.tau/unit, slotEnd(sec, a.Second), minute.t/unit, minute.tau/unit, slotEnd(minute, a.Minute)).Err(); err != nil {
+		sec.t/unit, slotEnd(sec, a.Second), minute.t/unit, slotEnd(minute, a.Minute)).Err(); err != nil {
 		return fmt.Errorf("ratelimit: redis refund: %w", err)
 	}
 	return nil
@@ -696,7 +673,7 @@ func (r *Redis) send(batch []*scriptCall) {
 	}
 	for i, g := range groups {
 		res, err := cmds[i].Result()
-		if err == nil && len(res) != 8*len(g) {
+		if err == nil && len(res) != replyInts*len(g) {
 			err = fmt.Errorf("%d integers in the reply to %d checks", len(res), len(g))
 		}
 		if err == nil && g[0].now == "" {
@@ -707,7 +684,7 @@ func (r *Redis) send(batch []*scriptCall) {
 				c.done <- scriptReply{err: err}
 				continue
 			}
-			c.done <- scriptReply{res: res[8*j : 8*j+8 : 8*j+8]}
+			c.done <- scriptReply{res: res[replyInts*j : replyInts*(j+1) : replyInts*(j+1)]}
 		}
 	}
 }

@@ -727,8 +727,8 @@ func TestRedisRunDeadline(t *testing.T) {
 		if err := c.Process(ctx, cmd); err != nil {
 			t.Fatalf("%s: %v", tt.name, err)
 		}
-		if res := cmd.Val(); len(res) != 16 || res[0] != tt.want || res[8] != tt.want {
-			t.Errorf("%s: reply %v; want 16 integers, each check's first %d", tt.name, res, tt.want)
+		if res := cmd.Val(); len(res) != 2*replyInts || res[0] != tt.want || res[replyInts] != tt.want {
+			t.Errorf("%s: reply %v; want %d integers, each check's first %d", tt.name, res, 2*replyInts, tt.want)
 		}
 	}
 	for account, want := range map[string]int64{"a": 2, "b": 1} {
