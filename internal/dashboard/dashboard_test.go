@@ -969,19 +969,59 @@ func TestMonthLeftFromTheLimiter(t *testing.T) {
 		}
 	}
 	with := New(Config{Store: e.store, Clock: e.clock, Limiter: limiter})
-	if left := with.monthLeft(t.Context(), u, plan, 1); left == nil || *left != plan.MonthlyCalls-3 {
+	if left := monthLeft(plan, 1, with.standing(t.Context(), u, plan)); left == nil || *left != plan.MonthlyCalls-3 {
 		t.Errorf("with the limiter: %v left, want %d (its 3 calls, not the 1 metered)", left, plan.MonthlyCalls-3)
 	}
-	if left := e.dash.monthLeft(t.Context(), u, plan, 1); left == nil || *left != plan.MonthlyCalls-1 {
+	if left := monthLeft(plan, 1, e.dash.standing(t.Context(), u, plan)); left == nil || *left != plan.MonthlyCalls-1 {
 		t.Errorf("without a limiter: %v left, want %d", left, plan.MonthlyCalls-1)
 	}
 	pro := coinpulse.DefaultPlans()[coinpulse.TierPro] // unlimited
-	if left := with.monthLeft(t.Context(), u, pro, 1); left != nil {
+	if left := monthLeft(pro, 1, with.standing(t.Context(), u, pro)); left != nil {
 		t.Errorf("unlimited plan: %d left, want nil", *left)
 	}
 	plan.Endpoints = coinpulse.EndpointsNone
-	if left := with.monthLeft(t.Context(), u, plan, 1); left == nil || *left != 0 {
+	if left := monthLeft(plan, 1, with.standing(t.Context(), u, plan)); left == nil || *left != 0 {
 		t.Errorf("no API access: %v left, want 0", left)
+	}
+}
+
+// The dashboard's month and day are the limiter's, as GET /usage's are:
+// a node 90 s ahead of the limiter, just past midnight on the 1st by its
+// own clock, still shows the month the limiter counts the calls in.
+func TestDashboardMonthIsTheLimiters(t *testing.T) {
+	e := newEnv(t, "")
+	c := e.client()
+	wantRedirect(t, c.signup("skew@example.com", pw), "/user/api")
+	ctx := t.Context()
+	u, err := e.store.UserByEmail(ctx, "skew@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, k, err := coinpulse.NewAPIKey(u.ID, "k", coinpulse.ModeLive, coinpulse.Permissions{Read: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.CreateKey(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	limiterNow := time.Date(2026, 11, 30, 23, 59, 18, 0, time.UTC)
+	var calls []coinpulse.Call
+	for i := range 3 {
+		calls = append(calls, coinpulse.Call{UserID: u.ID, KeyID: k.ID, Mode: k.Mode, Time: limiterNow.Add(time.Duration(i-10) * time.Second),
+			Method: "GET", Route: "/api/v1/markets", Status: 200, Duration: time.Millisecond, RequestID: fmt.Sprintf("req-skew-%d", i), Counted: true})
+	}
+	if err := e.store.RecordCalls(ctx, calls); err != nil {
+		t.Fatal(err)
+	}
+	limiter := ratelimit.NewMemory(func() time.Time { return limiterNow }, nil)
+	node := func() time.Time { return limiterNow.Add(90 * time.Second) }
+	dash := New(Config{Store: e.store, Clock: node, Limiter: limiter})
+	a, err := dash.load(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(a.usage.Daily); a.usage.MonthCalls != 3 || n == 0 || a.usage.Daily[n-1].Calls != 3 || !a.usage.Daily[n-1].Day.Equal(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)) {
+		t.Errorf("month calls %d, last day %+v; want 3 calls on 2026-11-30", a.usage.MonthCalls, a.usage.Daily[max(0, n-1):])
 	}
 }
 

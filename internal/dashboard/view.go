@@ -190,29 +190,46 @@ func (d *Dashboard) load(ctx context.Context, u *coinpulse.User) (*accountData, 
 	if a.keys, err = d.store.KeysByUser(ctx, u.ID); err != nil {
 		return nil, err
 	}
-	if a.usage, err = d.store.Usage(ctx, u.ID, a.now); err != nil {
+	// The month and the day of the figures are the limiter's, when there
+	// is one, as the meter's and GET /usage's are: on a node whose clock
+	// is off from Redis's, they describe the month the limiter counts in.
+	standing := d.standing(ctx, u, a.plan)
+	at := a.now
+	if standing != nil && !standing.Now.IsZero() {
+		at = standing.Now.UTC()
+	}
+	if a.usage, err = d.store.Usage(ctx, u.ID, at); err != nil {
 		return nil, err
 	}
 	a.stats = keyStats(a.keys, a.usage)
-	a.left = d.monthLeft(ctx, u, a.plan, a.usage.MonthCalls)
+	a.left = monthLeft(a.plan, a.usage.MonthCalls, standing)
 	return a, nil
 }
 
-// monthLeft is what is left of the plan's monthly allowance (nil when
-// unlimited): the limiter's count, which admits or refuses the calls,
-// when there is one; else the plan less the metered calls, which lag it
-// by the calls not yet written (and after a crash, by those lost).
-func (d *Dashboard) monthLeft(ctx context.Context, u *coinpulse.User, p coinpulse.Plan, used int64) *int64 {
-	left := remaining(p, used)
-	if left == nil || d.limiter == nil || p.Endpoints == coinpulse.EndpointsNone {
-		return left
+// standing is where the account's live calls stand in the limiter: nil
+// without one, or when it cannot be read (logged).
+func (d *Dashboard) standing(ctx context.Context, u *coinpulse.User, p coinpulse.Plan) *coinpulse.Verdict {
+	if d.limiter == nil {
+		return nil
 	}
 	v, err := d.limiter.Peek(ctx, coinpulse.LiveAccount(u.ID), p.Limits())
 	if err != nil {
 		d.log.Warn("dashboard: rate limiter unreachable; month left from metering", "err", err)
+		return nil
+	}
+	return &v
+}
+
+// monthLeft is what is left of the plan's monthly allowance (nil when
+// unlimited): the limiter's count, which admits or refuses the calls,
+// when standing has it; else the plan less the metered calls, which lag
+// it by the calls not yet written (and after a crash, by those lost).
+func monthLeft(p coinpulse.Plan, used int64, standing *coinpulse.Verdict) *int64 {
+	left := remaining(p, used)
+	if left == nil || standing == nil || p.Endpoints == coinpulse.EndpointsNone {
 		return left
 	}
-	for _, w := range v.Windows {
+	for _, w := range standing.Windows {
 		if w.Window == coinpulse.WindowMonth && w.Limit > 0 {
 			n := w.Remaining
 			return &n
