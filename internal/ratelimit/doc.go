@@ -62,7 +62,9 @@
 // call's slot (its TAT moves back by up to one emission interval: the
 // part of [end−T, end) still ahead, where end is the TAT the call left;
 // under limits changed since, at most the U the window is charged at:
-// one call),
+// one call; and nothing when a call re-expressed the window after the
+// refunded one was admitted, or at the same instant, since end is then
+// on another scale),
 // so a refund never frees room the window has already moved past, as
 // after an idle gap; the month the call was admitted in gets its count
 // down one, never below zero, and a month begun since gets nothing.
@@ -115,15 +117,17 @@
 // with the account in a hash tag so that a cluster keeps them on one slot
 // ("cp:rl:" is the default prefix, see WithPrefix):
 //
-//	cp:rl:{<account>}:s            second window: "<TAT> <U>", µs
-//	cp:rl:{<account>}:m            minute window: "<TAT> <U>", µs
+//	cp:rl:{<account>}:s            second window: "<TAT> <U>[ <M>]", µs
+//	cp:rl:{<account>}:m            minute window: "<TAT> <U>[ <M>]", µs
 //	cp:rl:{<account>}:mo:<YYYYMM>  the month's call count
 //
 // The TAT is in µs since the epoch, U the interval its calls were charged
-// at (a bare TAT, as versions before U was kept wrote, is read as one
-// charged at the T of the limits in force; those versions read the new
-// form as an absent key, so while nodes of both share a Redis the older
-// ones hold calls to the month alone).
+// at, M when a call last re-expressed the window (absent: never). A bare
+// TAT, as versions before U was kept wrote, is read as one charged at the
+// T of the limits in force. Those versions read the new form as an
+// absent key and fail to refund on it, so while nodes of both share a
+// Redis the older ones hold calls to the month alone and keep their 5xx
+// calls counted.
 // Tests may pass the script a time of their own instead of TIME (an
 // unexported option). The TAT keys expire at their TAT (an expired TAT and an absent one mean
 // the same: idle); a month key expires a day after its month ends. When

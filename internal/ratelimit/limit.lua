@@ -40,10 +40,13 @@ end
 -- each changed key once, at its end. So the checks of one account that
 -- share a run cost Redis one read and one write of each of its keys.
 -- A value is a number, or false when the key is absent. A rolling
--- window's key holds "TAT U": its TAT and the interval U its calls were
--- charged at (a bare TAT, as written before U was kept, has none); tee
--- holds the U.
-local cache, ttl, tee = {}, {}, {}
+-- window's key holds "TAT U" or "TAT U M": its TAT, the interval U its
+-- calls were charged at (a bare TAT, as written before U was kept, has
+-- none), and M, when a call last re-expressed the window in another
+-- interval (µs; a refund of a call admitted before, or in the same run,
+-- gives nothing back to it, see rate.held in ratelimit.go); tee holds
+-- the U, moved the M.
+local cache, ttl, tee, moved = {}, {}, {}, {}
 local function get(key)
   local v = cache[key]
   if v == nil then
@@ -52,7 +55,13 @@ local function get(key)
     if r then
       local i = string.find(r, ' ', 1, true)
       if i then
-        v, tee[key] = tonumber(string.sub(r, 1, i - 1)) or false, tonumber(string.sub(r, i + 1))
+        v = tonumber(string.sub(r, 1, i - 1)) or false
+        local j = string.find(r, ' ', i + 1, true)
+        if j then
+          tee[key], moved[key] = tonumber(string.sub(r, i + 1, j - 1)), tonumber(string.sub(r, j + 1))
+        else
+          tee[key] = tonumber(string.sub(r, i + 1))
+        end
       else
         v = tonumber(r) or false
       end
@@ -110,6 +119,7 @@ local function put(key, tat, t, from)
   if from ~= 0 then
     if from > 0 then
       tat = now + math.ceil((tat - now) * t / from)
+      moved[key] = now
     end
     tee[key] = t
   end
@@ -187,7 +197,7 @@ for i = 1, #KEYS / 3 do
   local a = first + 3 * (i - 1)
   check(i, KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], ARGV[a + 1], ARGV[a + 2], sets[tonumber(ARGV[a + 3])])
 end
-local suffix = {} -- ' <T>' by T, formatted once a run
+local suffix = {} -- ' <U>' by U, formatted once a run
 for key, px in pairs(ttl) do
   local v, t = int(cache[key]), tee[key]
   if t then
@@ -197,6 +207,10 @@ for key, px in pairs(ttl) do
       suffix[t] = sfx
     end
     v = v .. sfx
+    local m = moved[key]
+    if m then
+      v = v .. ' ' .. int(m)
+    end
   end
   redis.call('SET', key, v, 'PX', int(px))
 end

@@ -525,11 +525,33 @@ var clockCases = []struct {
 		e.want("raised: one of two calls given back", e.peek(raised), admitted(
 			ws(coinpulse.WindowSecond, 50, 49, t0.Add(200*time.Millisecond)), noMinute, noMonth))
 		e.clock.Advance(time.Second)
-		v = e.allow(raised)
-		e.allow(raised)
-		e.refund(l, v)
-		e.want("lowered: one of two calls given back", e.peek(l), admitted(
-			ws(coinpulse.WindowSecond, 5, 4, t0.Add(1020*time.Millisecond)), noMinute, noMonth))
+		e.allow(l)
+		v = e.allow(l)
+		lowered := coinpulse.Limits{PerSecond: 2}
+		e.refund(lowered, v)
+		e.want("lowered: one of two calls given back", e.peek(lowered), admitted(
+			ws(coinpulse.WindowSecond, 2, 1, t0.Add(1200*time.Millisecond)), noMinute, noMonth))
+	}},
+	// A call that re-expressed the window (the first admitted under new
+	// limits) moved every slot: a refund of a call admitted before it, or
+	// of itself, cannot place its slot any more and gives nothing back.
+	{name: "refund across a re-expression gives nothing back", run: func(e *env) {
+		l := coinpulse.Limits{PerMinute: 2}
+		e.allow(l)
+		b := e.allow(l)
+		raised := coinpulse.Limits{PerMinute: 120}
+		c := e.allow(raised) // re-expresses the two calls: 1 s of backlog
+		e.clock.Advance(2 * time.Second)
+		for i := range 120 {
+			if v := e.allow(raised); !v.Allowed {
+				e.t.Fatalf("call %d of a whole window refused: %+v", i+1, v)
+			}
+		}
+		e.refund(raised, b)
+		e.refund(raised, c)
+		now := t0.Add(2 * time.Second)
+		e.want("a 121st call in the same instant", e.allow(raised), refused(coinpulse.WindowMinute, 500*time.Millisecond, noSecond,
+			ws(coinpulse.WindowMinute, 120, 0, now.Add(time.Minute)), noMonth))
 	}},
 }
 

@@ -30,7 +30,11 @@ type accountState struct {
 	sec, min int64 // TATs; 0 when never used
 	// secUnit and minUnit are the intervals the calls of sec and min
 	// were charged at (0: none yet): see rate.unit.
-	secUnit, minUnit     int64
+	secUnit, minUnit int64
+	// secMoved and minMoved are when a call last re-expressed sec and min
+	// in another interval (0: never), which a refund of a call admitted
+	// before, or at the same instant, cannot place (see rate.held).
+	secMoved, minMoved   int64
 	monthStart, monthEnd int64 // the month count is for
 	count                int64
 }
@@ -147,11 +151,17 @@ func (a *accountState) check(now int64, l *coinpulse.Limits, commit bool) coinpu
 	r.allowed = r.secOK && r.minOK && r.monthOK
 	if r.allowed && commit {
 		if r.sec.limit > 0 {
+			if a.secUnit > 0 && a.secUnit != r.sec.t {
+				a.secMoved = now
+			}
 			r.secTAT = r.sec.next(r.secTAT, now, a.secUnit)
 			a.sec, a.secUnit = r.secTAT, r.sec.t
 			r.secFrom = r.sec.t
 		}
 		if r.min.limit > 0 {
+			if a.minUnit > 0 && a.minUnit != r.min.t {
+				a.minMoved = now
+			}
 			r.minTAT = r.min.next(r.minTAT, now, a.minUnit)
 			a.min, a.minUnit = r.minTAT, r.min.t
 			r.minFrom = r.min.t
@@ -174,12 +184,12 @@ func (m *Memory) Refund(ctx context.Context, account string, l coinpulse.Limits,
 		return nil
 	}
 	now := m.clock().UnixNano()
-	a.sec -= newRate(int64(l.PerSecond), secondNS, 1).held(adm.Second, now, a.secUnit)
-	a.min -= newRate(int64(l.PerMinute), minuteNS, 1).held(adm.Minute, now, a.minUnit)
 	at := now
 	if !adm.At.IsZero() {
 		at = adm.At.UnixNano()
 	}
+	a.sec -= newRate(int64(l.PerSecond), secondNS, 1).held(adm.Second, now, a.secUnit, a.secMoved >= at)
+	a.min -= newRate(int64(l.PerMinute), minuteNS, 1).held(adm.Minute, now, a.minUnit, a.minMoved >= at)
 	if at >= a.monthStart && at < a.monthEnd && a.count > 0 {
 		a.count--
 	}

@@ -133,9 +133,11 @@ func (r rate) state(w coinpulse.Window, tat, now, from int64) coinpulse.WindowSt
 // idle time that a TAT behind now stands for). A refund gives back only
 // this much, so it never frees a slot the window has moved past; under
 // limits changed since, a slot of the unit the window's calls are charged
-// at, from: one call.
-func (r rate) held(end time.Time, now, from int64) int64 {
-	if r.limit == 0 || end.IsZero() {
+// at, from: one call. When the window's backlog was re-expressed after
+// the call (moved), end is on another scale, which says nothing of where
+// the slot is now: nothing is given back.
+func (r rate) held(end time.Time, now, from int64, moved bool) int64 {
+	if r.limit == 0 || end.IsZero() || moved {
 		return 0
 	}
 	return max(0, min(r.unit(from), end.UnixNano()-now))

@@ -398,12 +398,14 @@ func (r *Redis) seedMonthTry(ctx context.Context, account string, start time.Tim
 
 // refundScript gives back an admitted call: each rolling window's TAT
 // moves back by what is left of the call's slot at the server's time (see
-// rate.held; a slot of the interval the window's calls are charged at),
-// keeping its expiry, and the count of the month the call was admitted
-// in goes down one, where they exist. KEYS as limit.lua's, with the month
-// of the admission; ARGV: 1 now in µs, or empty to read TIME; 2, 3 the
-// second window's T and the TAT the call left, in µs (T 0: does not
-// limit); 4, 5 the same for the minute window.
+// rate.held; a slot of the interval the window's calls are charged at,
+// and nothing when a call re-expressed the window after this one was
+// admitted), keeping its expiry, and the count of the month the call was
+// admitted in goes down one, where they exist. KEYS as limit.lua's, with
+// the month of the admission; ARGV: 1 now in µs, or empty to read TIME;
+// 2, 3 the second window's T and the TAT the call left, in µs (T 0: does
+// not limit); 4, 5 the same for the minute window; 6 when the call was
+// admitted, µs.
 var refundScript = redis.NewScript(`
 local now
 if ARGV[1] ~= '' then
@@ -412,6 +414,7 @@ else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+local at = tonumber(ARGV[6])
 local function back(key, t, tat)
   if t <= 0 then
     return
@@ -420,17 +423,26 @@ local function back(key, t, tat)
   if not cur then
     return
   end
-  local v, unit = cur, t
+  local v, unit, rest = cur, t, ''
   local i = string.find(cur, ' ', 1, true)
   if i then
-    v, unit = string.sub(cur, 1, i - 1), tonumber(string.sub(cur, i + 1)) or t
+    v = string.sub(cur, 1, i - 1)
+    local j = string.find(cur, ' ', i + 1, true)
+    if j then
+      if (tonumber(string.sub(cur, j + 1)) or 0) >= at then
+        return -- re-expressed since the call: its slot cannot be placed
+      end
+      unit, rest = tonumber(string.sub(cur, i + 1, j - 1)) or t, string.sub(cur, j)
+    else
+      unit = tonumber(string.sub(cur, i + 1)) or t
+    end
   end
   v = tonumber(v)
   local held = math.min(unit, tat - now)
   if not v or held <= 0 then
     return
   end
-  redis.call('SET', key, string.format('%.0f %.0f', v - held, unit), 'KEEPTTL')
+  redis.call('SET', key, string.format('%.0f %.0f', v - held, unit) .. rest, 'KEEPTTL')
 end
 back(KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3]))
 back(KEYS[2], tonumber(ARGV[4]), tonumber(ARGV[5]))
@@ -462,7 +474,7 @@ func (r *Redis) Refund(ctx context.Context, account string, l coinpulse.Limits, 
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	if err := refundScript.Run(ctx, r.client, r.keys(account, start).keys, nowArg,
-		sec.t/unit, slotEnd(sec, a.Second), minute.t/unit, slotEnd(minute, a.Minute)).Err(); err != nil {
+		sec.t/unit, slotEnd(sec, a.Second), minute.t/unit, slotEnd(minute, a.Minute), at.UnixMicro()).Err(); err != nil {
 		return fmt.Errorf("ratelimit: redis refund: %w", err)
 	}
 	return nil
