@@ -3,6 +3,8 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -660,5 +662,82 @@ func TestLimiterExact(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// Random sequences of checks, looks, refunds and clock steps, with limits
+// that change between calls, get the same verdicts from both stores (to
+// their time units: a nanosecond against a microsecond, which a
+// re-expression can scale up to a few milliseconds), and every refused
+// call's RetryAfter is honest: the call is admitted once it has passed.
+func TestStoresAgreeUnderChangingLimits(t *testing.T) {
+	near := cmp.Options{
+		cmp.Comparer(func(x, y time.Duration) bool { return (x - y).Abs() < 50*time.Millisecond }),
+		cmp.Comparer(func(x, y time.Time) bool { return x.Sub(y).Abs() < 50*time.Millisecond }),
+	}
+	perSecond := []int{0, 1, 2, 5, 10, 50, 100}
+	perMinute := []int{0, 1, 3, 6, 60, 120, 600}
+	ctx := context.Background()
+	for seed := range int64(40) {
+		rng := rand.New(rand.NewPCG(uint64(seed), 0))
+		clock := &fakeClock{t: t0}
+		ss := stores()
+		mem, red := ss[0].new(t, clock.Now, nil), ss[1].new(t, clock.Now, nil)
+		account := fmt.Sprintf("agree-%d", seed)
+		var admitted []coinpulse.Admission
+		for step := range 200 {
+			l := coinpulse.Limits{PerSecond: perSecond[rng.IntN(len(perSecond))], PerMinute: perMinute[rng.IntN(len(perMinute))]}
+			switch op := rng.IntN(10); {
+			case op < 5:
+				a, err := mem.Allow(ctx, account, l)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := red.Allow(ctx, account, l)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := cmp.Diff(a, b, near); d != "" {
+					t.Fatalf("seed %d step %d: Allow %+v, memory against Redis (-+):\n%s", seed, step, l, d)
+				}
+				for _, w := range a.Windows {
+					if w.Remaining > w.Limit {
+						t.Fatalf("seed %d step %d: %+v left above the limit", seed, step, w)
+					}
+				}
+				if a.Allowed {
+					admitted = append(admitted, a.Admission())
+					continue
+				}
+				// Honest RetryAfter, on both stores (each rounds its own
+				// up to a millisecond): admitted once it has passed.
+				wait := max(a.RetryAfter, b.RetryAfter)
+				clock.Advance(wait)
+				for _, lim := range []coinpulse.Limiter{mem, red} {
+					if v, err := lim.Peek(ctx, account, l); err != nil || !v.Allowed {
+						t.Fatalf("seed %d step %d: %+v still refused after RetryAfter %s: %+v, %v", seed, step, l, wait, v, err)
+					}
+				}
+			case op < 6:
+				a, _ := mem.Peek(ctx, account, l)
+				b, err := red.Peek(ctx, account, l)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := cmp.Diff(a, b, near); d != "" {
+					t.Fatalf("seed %d step %d: Peek %+v, memory against Redis (-+):\n%s", seed, step, l, d)
+				}
+			case op < 7 && len(admitted) > 0:
+				i := rng.IntN(len(admitted))
+				for _, lim := range []coinpulse.Limiter{mem, red} {
+					if err := lim.Refund(ctx, account, l, admitted[i]); err != nil {
+						t.Fatal(err)
+					}
+				}
+				admitted = append(admitted[:i], admitted[i+1:]...)
+			default:
+				clock.Advance(time.Duration(rng.IntN(3000)) * time.Millisecond)
+			}
+		}
 	}
 }
