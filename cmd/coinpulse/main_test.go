@@ -435,6 +435,25 @@ func postgresSchema(t *testing.T) string {
 	return u.String()
 }
 
+func TestValidBillingURL(t *testing.T) {
+	for u, want := range map[string]bool{
+		"https://billing.example.com/upgrade?plan=pro": true,
+		"http://localhost:9000/billing":                true,
+		"/billing":                                     true,
+		"javascript:alert(1)":                          false,
+		"mailto:sales@example.com":                     false,
+		"billing.example.com":                          false,
+		"//billing.example.com":                        false,
+		"https://":                                     false,
+		"https://a b.example.com":                      false,
+		"https://user:pw@billing.example.com":          false,
+	} {
+		if got := validBillingURL(u); got != want {
+			t.Errorf("validBillingURL(%q) = %v, want %v", u, got, want)
+		}
+	}
+}
+
 func TestServeRejectsBadConfig(t *testing.T) {
 	for _, args := range [][]string{
 		{"serve", "--refresh", "1ms"},
@@ -446,6 +465,11 @@ func TestServeRejectsBadConfig(t *testing.T) {
 		{"serve", "--sandbox-per-minute", "-1"},
 		{"serve", "--sandbox-per-minute", "1000000001"},
 		{"serve", "--sandbox-per-second", "3000", "--sandbox-per-minute", "50"}, // swapped
+		{"serve", "--billing-url", "javascript:alert(1)"},
+		{"serve", "--billing-url", "billing.example.com/upgrade"},
+		{"serve", "--billing-url", "//billing.example.com"},
+		{"serve", "--billing-url", "https://"},
+		{"serve", "--billing-url", "https://user:pw@billing.example.com"},
 		{"serve", "--shutdown-timeout", "0s"},
 		{"serve", "--sim-coins", "5"},
 		{"serve", "--sim-coins", "-5"},

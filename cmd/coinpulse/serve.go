@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -116,6 +117,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, fmt.Errorf("--sandbox-per-second %d is above --sandbox-per-minute %d: the minute would always bind first; swapped?", c.sandbox.PerSecond, c.sandbox.PerMinute)
 	case c.meterInterval < 10*time.Millisecond || c.meterInterval > time.Second:
 		return c, fmt.Errorf("--meter-interval %s: from 10ms to 1s (a crash loses at most one interval)", c.meterInterval)
+	case c.billingURL != "" && !validBillingURL(c.billingURL):
+		return c, fmt.Errorf("--billing-url %q: an http or https URL with a host, or a path on this server starting with /", c.billingURL)
 	case c.deliveryLease < minDeliveryLease:
 		return c, fmt.Errorf("--delivery-lease %s: at least %s, longer than a webhook attempt may take (%s), or a delivery would be sent twice at once", c.deliveryLease, minDeliveryLease, notify.DefaultTimeout)
 	}
@@ -138,6 +141,21 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		c.plans = plans
 	}
 	return c, nil
+}
+
+// validBillingURL reports whether u can be the dashboard's upgrade link:
+// an absolute http or https URL with a host, or a path on this server
+// ("/billing"); the dashboard's template would turn anything else, such
+// as a javascript: URL, into a dead link.
+func validBillingURL(u string) bool {
+	p, err := url.Parse(u)
+	switch {
+	case err != nil || strings.ContainsAny(u, " \t\r\n"):
+		return false
+	case p.Scheme == "http" || p.Scheme == "https":
+		return p.Host != "" && p.User == nil
+	}
+	return p.Scheme == "" && p.Host == "" && strings.HasPrefix(u, "/") && !strings.HasPrefix(u, "//")
 }
 
 // readPlans loads the plan file at path (--plans).
