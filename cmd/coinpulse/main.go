@@ -53,7 +53,7 @@ const usage = `Usage: coinpulse <command> [flags]
 
 Commands:
   serve           run the API server (SQLite and the simulated feed by default)
-  users create    create an account: --email E --tier T [--expires RFC3339] [--password P]
+  users create    create an account: --email E [--tier T (default free)] [--expires RFC3339] [--password P]
   users set-tier  change an account's tier: --email E --tier T [--expires RFC3339]
   keys create     create an API key and print it alone on stdout:
                   --email E [--name N] [--permissions read,write] [--test] [--expires RFC3339]
@@ -67,7 +67,11 @@ postgres://...). Run "coinpulse <command> -h" for its flags.
 
 // run is the whole program, with its environment passed in for tests.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	return fromEnv(runCommand(ctx, args, getenv, stdout, stderr), args, getenv)
+	err := runCommand(ctx, args, getenv, stdout, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // "coinpulse CMD -h": its flags were printed, as asked
+	}
+	return fromEnv(err, args, getenv)
 }
 
 // fromEnv names the environment variable behind a flag that err, a
@@ -162,6 +166,9 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 // _FILE variant names).
 func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err // -h: the flags are printed; run makes it a success
+		}
 		return usageError{err}
 	}
 	if fs.NArg() > 0 {
@@ -189,6 +196,9 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) err
 		}
 		if v != "" {
 			if err := fs.Set(f.Name, v); err != nil {
+				if kind, _ := flag.UnquoteUsage(f); kind != "" {
+					err = fmt.Errorf("want a %s for --%s: %w", kind, f.Name, err)
+				}
 				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
 			}
 		}
@@ -218,7 +228,7 @@ func openStore(ctx context.Context, dsn, dataDir string, create bool) (coinpulse
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
 		return postgres.Open(ctx, dsn)
 	case strings.Contains(dsn, "://"):
-		return nil, usageError{fmt.Errorf("--db %s: not a database this version opens: sqlite:PATH, a bare path, or postgres://…", describeDB(dsn, dataDir))}
+		return nil, fmt.Errorf("--db %s: not a database this version opens: sqlite:PATH, a bare path, or postgres://…", describeDB(dsn, dataDir))
 	case dsn == "":
 		if dataDir == "" {
 			dataDir = defaultDataDir
@@ -227,7 +237,7 @@ func openStore(ctx context.Context, dsn, dataDir string, create bool) (coinpulse
 	}
 	if !create {
 		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-			return nil, usageError{fmt.Errorf("no database at %s: check --db or --data-dir (serve or migrate creates one)", path)}
+			return nil, fmt.Errorf("no database at %s: check --db or --data-dir (serve or migrate creates one)", path)
 		}
 	}
 	return sqlite.Open(ctx, path)

@@ -600,3 +600,60 @@ func TestKeysCreateChecksTheName(t *testing.T) {
 		t.Errorf("keys list:\n%s", out)
 	}
 }
+
+// TestEveryFailureIsTold: main prints nothing more for a usageError (its
+// message is on stderr already), so a command that fails must either
+// have said why on stderr or return an error main prints. "no database
+// at PATH" and a --db of another kind were usageErrors nobody printed:
+// the command exited 2 in silence.
+func TestEveryFailureIsTold(t *testing.T) {
+	typo := filepath.Join(t.TempDir(), "nodir", "typo.db")
+	for _, args := range [][]string{
+		{},
+		{"nonsense"},
+		{"users"},
+		{"serve", "--no-such-flag"},
+		{"serve", "--db", "mysql://u:p@h/db"},
+		{"migrate", "--db", "mysql://u@h/db"},
+		{"keys", "list", "--email", "ann@example.com", "--db", "sqlite:" + typo},
+		{"keys", "create", "--email", "ann@example.com", "--db", "sqlite:" + typo},
+		{"keys", "revoke", "--email", "ann@example.com", "--db", "sqlite:" + typo},
+		{"users", "set-tier", "--email", "ann@example.com", "--tier", "pro", "--db", "sqlite:" + typo},
+		{"users", "create", "--tier", "pro", "--db", "sqlite:" + typo},
+	} {
+		_, stderr, err := cli(t, nil, args...)
+		var u usageError
+		switch {
+		case err == nil:
+			t.Errorf("coinpulse %s succeeded", strings.Join(args, " "))
+		case errors.As(err, &u) && strings.TrimSpace(stderr) == "":
+			t.Errorf("coinpulse %s: %q is a usageError, which main does not print, and stderr is empty", strings.Join(args, " "), err)
+		}
+	}
+}
+
+// TestHelpIsNotAFailure: "coinpulse CMD -h" prints the command's flags
+// and exits 0, as "coinpulse --help" does.
+func TestHelpIsNotAFailure(t *testing.T) {
+	for _, args := range [][]string{
+		{"serve", "-h"},
+		{"serve", "--help"},
+		{"users", "create", "-h"},
+		{"keys", "list", "-help"},
+		{"migrate", "-h"},
+	} {
+		_, stderr, err := cli(t, nil, args...)
+		if err != nil || !strings.Contains(stderr, "-db") {
+			t.Errorf("coinpulse %s: %v, want the flags (with -db) and no error; stderr:\n%s", strings.Join(args, " "), err, stderr)
+		}
+	}
+}
+
+// TestBadEnvironmentValueSaysWhatIsWanted: a variable that does not parse
+// names the flag and the kind of value it wants, not only "parse error".
+func TestBadEnvironmentValueSaysWhatIsWanted(t *testing.T) {
+	_, _, err := cli(t, map[string]string{"COINPULSE_REFRESH": "fast"}, "serve", "--data-dir", t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), `COINPULSE_REFRESH="fast"`) || !strings.Contains(err.Error(), "want a duration for --refresh") {
+		t.Errorf("COINPULSE_REFRESH=fast: %v", err)
+	}
+}

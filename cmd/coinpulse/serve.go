@@ -66,7 +66,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.feed, "feed", "sim", "market feed: sim")
 	fs.DurationVar(&c.refresh, "refresh", time.Minute, "time between price refreshes (a Go duration such as 1s)")
 	fs.Int64Var(&c.seed, "seed", 1, "seed of the simulated feed")
-	fs.IntVar(&c.simCoins, "sim-coins", sim.MinCoins, "size of the simulated universe (real coins topped up with synthetic sim- coins; at least 1000)")
+	fs.IntVar(&c.simCoins, "sim-coins", sim.MinCoins, "size of the simulated universe (real coins topped up with synthetic sim- coins; 1000 to 100000)")
 	fs.Int64Var(&c.maxBody, "max-body", 64<<10, "largest request body in bytes")
 	fs.Float64Var(&c.minMoverVolume, "min-mover-volume", 50_000, "24 h volume floor (USD) for top movers")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long graceful shutdown waits for in-flight requests")
@@ -226,6 +226,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	store, err := openStore(ctx, cfg.db, cfg.dataDir, true)
 	if err != nil {
+		if strings.HasPrefix(err.Error(), "--db ") {
+			return err // names the value already, and run adds its variable
+		}
 		return fmt.Errorf("open database %s: %w", describeDB(cfg.db, cfg.dataDir), err)
 	}
 	defer store.Close()
