@@ -78,6 +78,11 @@ func parseFigure(raw json.RawMessage) (int64, error) {
 // overflow.
 const MaxRate = 1_000_000_000
 
+// MaxMonthlyCalls is the largest monthly allowance a plan file may give
+// short of "unlimited": the most the RateLimit headers' Structured Field
+// integers can carry (15 digits, RFC 9651).
+const MaxMonthlyCalls = 999_999_999_999_999
+
 // planFields are the fields of a plan in a plan file, in the order they
 // are checked; the figures among them are read by parseFigure.
 var planFields = []string{"tier", "monthly_calls", "per_minute", "per_second", "endpoints", "webhooks", "max_portfolios", "max_active_alerts"}
@@ -194,21 +199,27 @@ func parsePlan(row json.RawMessage) (Plan, error) {
 				return Plan{}, fmt.Errorf("%s: endpoints must be none, basic or all, got %s", where, raw)
 			}
 		case "webhooks":
-			if json.Unmarshal(raw, &p.Webhooks) != nil {
+			// Not json.Unmarshal: it takes null for false.
+			if string(raw) != "true" && string(raw) != "false" {
 				return Plan{}, fmt.Errorf("%s: webhooks must be true or false, got %s", where, raw)
 			}
+			p.Webhooks = string(raw) == "true"
 		default:
 			n, err := parseFigure(raw)
+			rate := name == "per_minute" || name == "per_second"
+			if rate && (err != nil || n == Unlimited || n == 0 || n > MaxRate) {
+				return Plan{}, fmt.Errorf("%s: %s must be a whole number from 1 to %d, got %s", where, name, MaxRate, raw)
+			}
 			if err != nil {
 				return Plan{}, fmt.Errorf("%s: %s: %w", where, name, err)
 			}
 			switch name {
 			case "monthly_calls":
+				if n > MaxMonthlyCalls {
+					return Plan{}, fmt.Errorf(`%s: monthly_calls must be at most %d (15 digits, what the RateLimit headers carry) or "unlimited", got %s`, where, MaxMonthlyCalls, raw)
+				}
 				p.MonthlyCalls = n
 			case "per_minute", "per_second":
-				if n == Unlimited || n == 0 || n > MaxRate {
-					return Plan{}, fmt.Errorf("%s: %s must be a whole number from 1 to %d, got %s", where, name, MaxRate, raw)
-				}
 				if name == "per_minute" {
 					p.PerMinute = int(n)
 				} else {
@@ -223,6 +234,19 @@ func parsePlan(row json.RawMessage) (Plan, error) {
 	}
 	if p.PerSecond > p.PerMinute {
 		return Plan{}, fmt.Errorf("%s: per_second (%d) is above per_minute (%d): the minute would always bind first; swapped?", where, p.PerSecond, p.PerMinute)
+	}
+	if p.Endpoints != EndpointsAll {
+		// The portfolio, alert, webhook and stream endpoints need "all":
+		// an allowance for them here would never be used, and the
+		// dashboard would show it.
+		switch {
+		case p.Webhooks:
+			return Plan{}, fmt.Errorf(`%s: webhooks is true but endpoints is %q: webhooks and streams need endpoints "all"`, where, p.Endpoints)
+		case p.MaxPortfolios != 0:
+			return Plan{}, fmt.Errorf(`%s: max_portfolios is not 0 but endpoints is %q: portfolios need endpoints "all"`, where, p.Endpoints)
+		case p.MaxActiveAlerts != 0:
+			return Plan{}, fmt.Errorf(`%s: max_active_alerts is not 0 but endpoints is %q: alerts need endpoints "all"`, where, p.Endpoints)
+		}
 	}
 	if p.MonthlyCalls == 0 && p.Endpoints != EndpointsNone {
 		return Plan{}, fmt.Errorf(`%s: monthly_calls is 0 but endpoints is %q: give a number above 0, "unlimited", or endpoints "none"`, where, p.Endpoints)
@@ -254,11 +278,12 @@ func checkKeys(data []byte) error {
 			in = stack[len(stack)-1]
 		}
 		if k, ok := tok.(string); ok && in != nil && in.wantKey {
+			line := 1 + bytes.Count(data[:dec.InputOffset()], []byte("\n"))
 			if strings.ContainsFunc(k, func(r rune) bool { return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') }) {
-				return fmt.Errorf("field %q: field names are spelt in a-z, 0-9 and _", k)
+				return fmt.Errorf("line %d: field %q: field names are spelt in a-z, 0-9 and _", line, k)
 			}
 			if in.keys[k] {
-				return fmt.Errorf("field %q is given twice in one object", k)
+				return fmt.Errorf("line %d: field %q is given twice in one object", line, k)
 			}
 			in.keys[k] = true
 			in.wantKey = false

@@ -85,6 +85,8 @@ func TestLoadPlansRejects(t *testing.T) {
 		"missing webhooks":  all(strings.Replace(row("free", ""), `"webhooks":true,`, ``, 1)),
 		"per second huge":   all(strings.Replace(row("free", ""), `"per_second":5`, `"per_second":1000000001`, 1)),
 		"per minute huge":   all(strings.Replace(row("free", ""), `"per_minute":60`, `"per_minute":99999999999999999`, 1)),
+		"monthly huge":      all(strings.Replace(row("free", ""), `"monthly_calls":10`, `"monthly_calls":9000000000000000000`, 1)),
+		"webhooks null":     all(strings.Replace(row("free", ""), `"webhooks":true`, `"webhooks":null`, 1)),
 	} {
 		if _, err := LoadPlans(strings.NewReader(file)); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -92,19 +94,28 @@ func TestLoadPlansRejects(t *testing.T) {
 	}
 	// Each error says where it is and what is wanted, in the file's words.
 	for file, want := range map[string]string{
-		all(strings.Replace(row("free", ""), `"per_second":5`, `"per_second":5.5`, 1)):  `plan file: plans[0] ("free"): per_second: want a whole number >= 0 or "unlimited", got 5.5`,
-		all(strings.Replace(row("free", ""), `"per_minute":60`, `"per_minute":0`, 1)):   `plan file: plans[0] ("free"): per_minute must be a whole number from 1 to 1000000000, got 0`,
-		all(strings.Replace(row("free", ""), `"webhooks":true`, `"webhooks":"yes"`, 1)): `plan file: plans[0] ("free"): webhooks must be true or false, got "yes"`,
-		all(strings.Replace(row("free", ""), `"per_second":5`, `"per_second":61`, 1)):   `plan file: plans[0] ("free"): per_second (61) is above per_minute (60): the minute would always bind first; swapped?`,
-		all(strings.Replace(row("free", ""), `"all"`, `["all"]`, 1)):                    `plan file: plans[0] ("free"): endpoints must be none, basic or all, got ["all"]`,
-		all(row("free", `,"per_hour":3`)):                                               `plan file: plans[0] ("free"): unknown field "per_hour" (a plan has tier, monthly_calls, per_minute, per_second, endpoints, webhooks, max_portfolios, max_active_alerts)`,
-		all(`{"tier":5}`):                                                               `plan file: plans[0]: tier must be one of free, premium, pro, enterprise, business, got 5`,
-		all(`[]`):                                                                       `plan file: plans[0]: a plan must be an object, as in plans/default.json`,
-		`{"plans":{}}`:                                                                  `plan file: "plans" must be an array of plans, one an object for each tier`,
-		`[]`:                                                                            `plan file: want an object with a "plans" array, as plans/default.json`,
-		`{"_comment":1,"plans":[]}`:                                                     `plan file: _comment must be a string`,
-		`{"plan":[]}`:                                                                   `plan file: unknown field "plan" (a plan file has "plans" and "_comment")`,
-		`{"_comment":"no plans yet"}`:                                                   `plan file: "plans" is missing`,
+		all(strings.Replace(row("free", ""), `"per_second":5`, `"per_second":5.5`, 1)):                                                                                                                                 `plan file: plans[0] ("free"): per_second must be a whole number from 1 to 1000000000, got 5.5`,
+		all(strings.Replace(row("free", ""), `"per_minute":60`, `"per_minute":"60"`, 1)):                                                                                                                               `plan file: plans[0] ("free"): per_minute must be a whole number from 1 to 1000000000, got "60"`,
+		all(strings.Replace(row("free", ""), `"max_portfolios":1`, `"max_portfolios":1.5`, 1)):                                                                                                                         `plan file: plans[0] ("free"): max_portfolios: want a whole number >= 0 or "unlimited", got 1.5`,
+		all(strings.Replace(row("free", ""), `"monthly_calls":10`, `"monthly_calls":1000000000000000`, 1)):                                                                                                             `plan file: plans[0] ("free"): monthly_calls must be at most 999999999999999 (15 digits, what the RateLimit headers carry) or "unlimited", got 1000000000000000`,
+		all(strings.Replace(row("free", ""), `"webhooks":true`, `"webhooks":null`, 1)):                                                                                                                                 `plan file: plans[0] ("free"): webhooks must be true or false, got null`,
+		all(strings.Replace(row("free", ""), `"endpoints":"all"`, `"endpoints":"basic"`, 1)):                                                                                                                           `plan file: plans[0] ("free"): webhooks is true but endpoints is "basic": webhooks and streams need endpoints "all"`,
+		all(strings.Replace(strings.Replace(row("free", ""), `"endpoints":"all"`, `"endpoints":"basic"`, 1), `"webhooks":true`, `"webhooks":false`, 1)):                                                                `plan file: plans[0] ("free"): max_portfolios is not 0 but endpoints is "basic": portfolios need endpoints "all"`,
+		all(strings.Replace(strings.Replace(strings.Replace(row("free", ""), `"endpoints":"all"`, `"endpoints":"none"`, 1), `"webhooks":true`, `"webhooks":false`, 1), `"max_portfolios":1`, `"max_portfolios":0`, 1)): `plan file: plans[0] ("free"): max_active_alerts is not 0 but endpoints is "none": alerts need endpoints "all"`,
+		"{\"plans\": [\n" + row("free", `,"monthly_calls":5`) + "]}":                                                                                                                                                   `plan file: line 2: field "monthly_calls" is given twice in one object`,
+		"{\"plans\": [\n" + strings.Replace(row("free", ""), `"per_second"`, `"Per_Second"`, 1) + "]}":                                                                                                                 `plan file: line 2: field "Per_Second": field names are spelt in a-z, 0-9 and _`,
+		all(strings.Replace(row("free", ""), `"per_minute":60`, `"per_minute":0`, 1)):                                                                                                                                  `plan file: plans[0] ("free"): per_minute must be a whole number from 1 to 1000000000, got 0`,
+		all(strings.Replace(row("free", ""), `"webhooks":true`, `"webhooks":"yes"`, 1)):                                                                                                                                `plan file: plans[0] ("free"): webhooks must be true or false, got "yes"`,
+		all(strings.Replace(row("free", ""), `"per_second":5`, `"per_second":61`, 1)):                                                                                                                                  `plan file: plans[0] ("free"): per_second (61) is above per_minute (60): the minute would always bind first; swapped?`,
+		all(strings.Replace(row("free", ""), `"all"`, `["all"]`, 1)):                                                                                                                                                   `plan file: plans[0] ("free"): endpoints must be none, basic or all, got ["all"]`,
+		all(row("free", `,"per_hour":3`)): `plan file: plans[0] ("free"): unknown field "per_hour" (a plan has tier, monthly_calls, per_minute, per_second, endpoints, webhooks, max_portfolios, max_active_alerts)`,
+		all(`{"tier":5}`):                 `plan file: plans[0]: tier must be one of free, premium, pro, enterprise, business, got 5`,
+		all(`[]`):                         `plan file: plans[0]: a plan must be an object, as in plans/default.json`,
+		`{"plans":{}}`:                    `plan file: "plans" must be an array of plans, one an object for each tier`,
+		`[]`:                              `plan file: want an object with a "plans" array, as plans/default.json`,
+		`{"_comment":1,"plans":[]}`:       `plan file: _comment must be a string`,
+		`{"plan":[]}`:                     `plan file: unknown field "plan" (a plan file has "plans" and "_comment")`,
+		`{"_comment":"no plans yet"}`:     `plan file: "plans" is missing`,
 	} {
 		if _, err := LoadPlans(strings.NewReader(file)); err == nil || err.Error() != want {
 			t.Errorf("%s:\n got %v\nwant %s", file, err, want)
@@ -159,11 +170,14 @@ func FuzzLoadPlans(f *testing.F) {
 			if p.PerSecond < 1 || p.PerSecond > MaxRate || p.PerMinute < 1 || p.PerMinute > MaxRate || p.PerSecond > p.PerMinute {
 				t.Fatalf("%s: rates %d/s %d/min", tier, p.PerSecond, p.PerMinute)
 			}
-			if p.MonthlyCalls != Unlimited && p.MonthlyCalls < 0 || p.MonthlyCalls == 0 && p.Endpoints != EndpointsNone {
+			if p.MonthlyCalls != Unlimited && (p.MonthlyCalls < 0 || p.MonthlyCalls > MaxMonthlyCalls) || p.MonthlyCalls == 0 && p.Endpoints != EndpointsNone {
 				t.Fatalf("%s: monthly calls %d with endpoints %s", tier, p.MonthlyCalls, p.Endpoints)
 			}
 			if p.MaxPortfolios != Unlimited && p.MaxPortfolios < 0 || p.MaxActiveAlerts != Unlimited && p.MaxActiveAlerts < 0 {
 				t.Fatalf("%s: %d portfolios, %d alerts", tier, p.MaxPortfolios, p.MaxActiveAlerts)
+			}
+			if p.Endpoints != EndpointsAll && (p.Webhooks || p.MaxPortfolios != 0 || p.MaxActiveAlerts != 0) {
+				t.Fatalf("%s: endpoints %s with webhooks %v, %d portfolios, %d alerts", tier, p.Endpoints, p.Webhooks, p.MaxPortfolios, p.MaxActiveAlerts)
 			}
 		}
 	})
