@@ -33,7 +33,7 @@ var headers = []header{
 	{"X-Ratelimit-Limit", "100000000"},
 	{"X-Ratelimit-Remaining", "99999999"},
 	{"X-Ratelimit-Reset", "1795635006"},
-	{"Ratelimit", `"minute";r=99999999;t=1`},
+	{"Ratelimit", `"second";r=99999999;t=1, "minute";r=99999999;t=1`},
 	{"Ratelimit-Policy", `"second";q=100000000;w=1, "minute";q=100000000;w=60`},
 }
 

@@ -36,6 +36,6 @@ var (
 	benchLimit     = []string{"100000000"}
 	benchRemaining = []string{"99999999"}
 	benchReset     = []string{"1764115200"}
-	benchRateLimit = []string{`"minute";r=99999999;t=1`}
+	benchRateLimit = []string{`"second";r=99999999;t=1, "minute";r=99999999;t=1`}
 	benchPolicy    = []string{`"second";q=100000000;w=1, "minute";q=100000000;w=60`}
 )

@@ -144,14 +144,16 @@ func (s *Server) setStandingHeaders(h http.Header, p *principal, v *coinpulse.Ve
 // RateLimit-Policy.
 func setNoAccessHeaders(h http.Header, v *coinpulse.Verdict, now time.Time) {
 	month := coinpulse.WindowState{Window: coinpulse.WindowMonth, Reset: coinpulse.MonthStart(now.UTC()).AddDate(0, 1, 0)}
-	setWindowHeaders(h, &month, now)
 	var b strings.Builder
+	all := make([]coinpulse.WindowState, 0, len(v.Windows))
 	for _, x := range v.Windows {
 		if x.Limit > 0 && x.Window != coinpulse.WindowMonth {
 			writePolicy(&b, x.Window, x.Limit, now)
+			all = append(all, x)
 		}
 	}
 	writePolicy(&b, coinpulse.WindowMonth, 0, now)
+	setWindowHeaders(h, &month, append(all, month), now)
 	h["Ratelimit-Policy"] = []string{b.String()}
 }
 
@@ -184,8 +186,11 @@ func exceededMessage(w coinpulse.Window, l coinpulse.Limits, p *principal, accou
 	return "Your plan's limit of " + strconv.Itoa(n) + " calls per " + per + " is reached"
 }
 
-// closest returns the limited window nearest exhaustion (the smallest
-// share left; on a tie, the longer window), false when none limits.
+// closest returns the limited window nearest exhaustion, false when none
+// limits: the one with the fewest calls left, since a call must pass
+// every window, so that X-RateLimit-Remaining never promises a call
+// another window would refuse. On a tie, the smaller share left, then the
+// longer window: the one that is whole again last.
 func closest(v *coinpulse.Verdict) (coinpulse.WindowState, bool) {
 	var best coinpulse.WindowState
 	found := false
@@ -193,7 +198,8 @@ func closest(v *coinpulse.Verdict) (coinpulse.WindowState, bool) {
 		if w.Limit <= 0 {
 			continue
 		}
-		if !found || shareAtMost(w.Remaining, w.Limit, best.Remaining, best.Limit) {
+		if !found || w.Remaining < best.Remaining ||
+			w.Remaining == best.Remaining && shareAtMost(w.Remaining, w.Limit, best.Remaining, best.Limit) {
 			best, found = w, true
 		}
 	}
@@ -201,50 +207,67 @@ func closest(v *coinpulse.Verdict) (coinpulse.WindowState, bool) {
 }
 
 // shareAtMost reports whether a/b <= c/d, for a, c >= 0 and b, d > 0. It
-// compares the cross products in 128 bits: in int64 a month's allowance
-// of 10^17 times a second's 100 would overflow, and the headers would
-// describe the month.
+// compares the cross products in 128 bits, which no plan's figures
+// overflow.
 func shareAtMost(a, b, c, d int64) bool {
 	hi1, lo1 := bits.Mul64(uint64(max(a, 0)), uint64(d))
 	hi2, lo2 := bits.Mul64(uint64(max(c, 0)), uint64(b))
 	return hi1 < hi2 || hi1 == hi2 && lo1 <= lo2
 }
 
-// setRateHeaders describes v: X-RateLimit-* and the IETF RateLimit for
-// the window closest to exhaustion, RateLimit-Policy for every window.
-// It runs on every keyed call, so the values that repeat come from caches.
+// setRateHeaders describes v: X-RateLimit-* for the window closest to
+// exhaustion, the IETF RateLimit and RateLimit-Policy for every window
+// that limits. It runs on every keyed call, so the values that repeat come
+// from caches.
 func setRateHeaders(h http.Header, v *coinpulse.Verdict, now time.Time) {
 	w, ok := closest(v)
 	if !ok {
 		return
 	}
-	setWindowHeaders(h, &w, now)
+	var limited [3]coinpulse.WindowState
+	n := 0
+	for _, x := range v.Windows {
+		if x.Limit > 0 {
+			limited[n] = x
+			n++
+		}
+	}
+	setWindowHeaders(h, &w, limited[:n], now)
 	h["Ratelimit-Policy"] = policyValue(v, now)
 }
 
-// setWindowHeaders sets X-RateLimit-* and the IETF RateLimit to describe
-// the window w as of now.
-func setWindowHeaders(h http.Header, w *coinpulse.WindowState, now time.Time) {
-	reset := max(0, int64(w.Reset.Sub(now)+time.Second-1)/int64(time.Second))
+// setWindowHeaders sets X-RateLimit-* to describe the window w as of now,
+// and the IETF RateLimit to describe each of all, in their order:
+// "<window>";r=<remaining>;t=<seconds until it is whole again>.
+func setWindowHeaders(h http.Header, w *coinpulse.WindowState, all []coinpulse.WindowState, now time.Time) {
 	resetAt := w.Reset.Unix()
-	if w.Reset.After(time.Unix(resetAt, 0)) {
+	switch {
+	case !w.Reset.After(now):
+		resetAt = now.Unix() // whole already
+	case w.Reset.After(time.Unix(resetAt, 0)):
 		resetAt++ // round up: a client that waits until then finds the window whole
 	}
 	// The four values that change from call to call share one string and
 	// one backing array: two allocations a call.
-	var buf [128]byte
+	var buf [192]byte
 	b := buf[:0]
 	var ends [4]int
-	for i, n := range [3]int64{w.Limit, w.Remaining, max(resetAt, now.Unix())} {
+	for i, n := range [3]int64{w.Limit, w.Remaining, resetAt} {
 		b = strconv.AppendInt(b, n, 10)
 		ends[i] = len(b)
 	}
-	b = append(b, '"')
-	b = append(b, w.Window...)
-	b = append(b, `";r=`...)
-	b = append(b, buf[ends[0]:ends[1]]...)
-	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, reset, 10)
+	for i := range all {
+		x := &all[i]
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, '"')
+		b = append(b, x.Window...)
+		b = append(b, `";r=`...)
+		b = strconv.AppendInt(b, x.Remaining, 10)
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, max(0, int64(x.Reset.Sub(now)+time.Second-1)/int64(time.Second)), 10)
+	}
 	ends[3] = len(b)
 	str, vals := string(b), new([4]string)
 	vals[0], vals[1], vals[2], vals[3] = str[:ends[0]], str[ends[0]:ends[1]], str[ends[1]:ends[2]], str[ends[2]:]
@@ -322,9 +345,8 @@ func (s *Server) simulate(e *exchange, r *http.Request) error {
 		// The headers say what a real refusal by the second window
 		// would: nothing left, whole again in a second.
 		now := s.clock()
-		setWindowHeaders(e.Header(), &coinpulse.WindowState{
-			Window: coinpulse.WindowSecond, Limit: int64(s.sandboxLimits.PerSecond), Reset: now.Add(time.Second),
-		}, now)
+		second := coinpulse.WindowState{Window: coinpulse.WindowSecond, Limit: int64(s.sandboxLimits.PerSecond), Reset: now.Add(time.Second)}
+		setWindowHeaders(e.Header(), &second, []coinpulse.WindowState{second}, now)
 		e.Header().Set("Retry-After", "1")
 		return coinpulse.Errorf(coinpulse.CodeRateLimitExceeded, "Simulated: the limit of calls per second is reached (X-Sandbox-Simulate: rate_limit); retry in 1s.")
 	case simulateServerError:

@@ -151,8 +151,8 @@ func TestRateLimitHeadersUseTheLimitersClock(t *testing.T) {
 	if reset := res.Header.Get("X-RateLimit-Reset"); reset != fmt.Sprint(resetAt.Unix()) && reset != fmt.Sprint(resetAt.Unix()+1) {
 		t.Errorf("X-RateLimit-Reset %s, want %d by the limiter's clock (the node's says %d)", reset, resetAt.Unix(), now.Add(90*time.Second).Unix())
 	}
-	if got := res.Header.Get("RateLimit"); got != `"second";r=4;t=1` {
-		t.Errorf(`RateLimit %q, want "second";r=4;t=1`, got)
+	if got, want := res.Header.Get("RateLimit"), `"second";r=4;t=1, "minute";r=59;t=1, "month";r=999;t=`; !strings.HasPrefix(got, want) {
+		t.Errorf(`RateLimit %q, want it to start %s`, got, want)
 	}
 }
 
@@ -323,9 +323,10 @@ func TestServerFailuresAreGivenBack(t *testing.T) {
 			res := do(t, srv.Server, "GET", "/api/v1/portfolio", key)
 			wantError(t, res, http.StatusInternalServerError, coinpulse.CodeServerError)
 			// The 500's own headers show the call given back: every
-			// window whole, the tie going to the month.
-			if h := res.Header; h.Get("X-RateLimit-Limit") != "10000" || h.Get("X-RateLimit-Remaining") != "10000" {
-				t.Errorf("500: X-RateLimit-Limit %q, -Remaining %q; want 10000 and 10000", h.Get("X-RateLimit-Limit"), h.Get("X-RateLimit-Remaining"))
+			// window whole, the second (the fewest calls) described, and
+			// the month whole in RateLimit.
+			if h := res.Header; h.Get("X-RateLimit-Limit") != "5" || h.Get("X-RateLimit-Remaining") != "5" || !strings.Contains(h.Get("RateLimit"), `"month";r=10000;`) {
+				t.Errorf("500: X-RateLimit-Limit %q, -Remaining %q, RateLimit %q; want 5, 5 and a whole month", h.Get("X-RateLimit-Limit"), h.Get("X-RateLimit-Remaining"), h.Get("RateLimit"))
 			}
 			res = do(t, srv.Server, "GET", "/api/v1/markets/global", key)
 			if got := res.Header.Get("X-RateLimit-Remaining"); got != "4" {
@@ -573,8 +574,8 @@ func TestSimulatedTimeoutHeadersAreFresh(t *testing.T) {
 	res := do(t, srv, "GET", "/api/v1/markets/global", sandbox, "X-Sandbox-Simulate", "timeout")
 	wantError(t, res, http.StatusServiceUnavailable, coinpulse.CodeUnavailable)
 	// At the check: the second window, 49 of 50 left. Two seconds later:
-	// every window whole, the minute (the longer one) described.
-	want := fmt.Sprint(DefaultSandboxLimits.PerMinute)
+	// every window whole, the second (the fewest calls) described.
+	want := fmt.Sprint(DefaultSandboxLimits.PerSecond)
 	if l, r := res.Header.Get("X-RateLimit-Limit"), res.Header.Get("X-RateLimit-Remaining"); l != want || r != want {
 		t.Errorf("503 after the wait: X-RateLimit-Limit %s, Remaining %s; want %s and %s", l, r, want, want)
 	}
@@ -694,10 +695,12 @@ func TestRateLimitHeadersBeforeTheLimits(t *testing.T) {
 		} else {
 			wantError(t, c.res, c.status, c.code)
 		}
-		// Nothing counted: every window whole, the tie going to the month.
-		if h := c.res.Header; h.Get("X-RateLimit-Limit") != "1000" || h.Get("X-RateLimit-Remaining") != "1000" || h.Get("RateLimit-Policy") == "" {
-			t.Errorf("%s: X-RateLimit-Limit %q, -Remaining %q, RateLimit-Policy %q; want 1000, 1000 and the policy",
-				c.name, h.Get("X-RateLimit-Limit"), h.Get("X-RateLimit-Remaining"), h.Get("RateLimit-Policy"))
+		// Nothing counted: every window whole, the second (the fewest
+		// calls) described, the month whole in RateLimit.
+		if h := c.res.Header; h.Get("X-RateLimit-Limit") != "5" || h.Get("X-RateLimit-Remaining") != "5" || h.Get("RateLimit-Policy") == "" ||
+			!strings.Contains(h.Get("RateLimit"), `"month";r=1000;`) {
+			t.Errorf("%s: X-RateLimit-Limit %q, -Remaining %q, RateLimit %q, RateLimit-Policy %q; want 5, 5, a whole month and the policy",
+				c.name, h.Get("X-RateLimit-Limit"), h.Get("X-RateLimit-Remaining"), h.Get("RateLimit"), h.Get("RateLimit-Policy"))
 		}
 	}
 	bad := key[:len(key)-1] + "x" // a different last character
@@ -829,8 +832,9 @@ func TestPlanWithoutAPIAccess(t *testing.T) {
 	// So do the headers of its answers, /usage's and the refusals'.
 	now := srv.clock().UTC()
 	next := coinpulse.MonthStart(now).AddDate(0, 1, 0)
+	premium := srv.planMap()[coinpulse.TierPremium]
 	wantHeaders := [5]string{"0", "0", strconv.FormatInt(next.Unix(), 10),
-		`"month";r=0;t=` + strconv.FormatInt(int64((next.Sub(now)+time.Second-1)/time.Second), 10),
+		fmt.Sprintf(`"second";r=%d;t=0, "minute";r=%d;t=0, "month";r=0;t=%d`, premium.PerSecond, premium.PerMinute, int64((next.Sub(now)+time.Second-1)/time.Second)),
 		fmt.Sprintf(`"second";q=%d;w=1, "minute";q=%d;w=60, "month";q=0;w=%d`, srv.planMap()[coinpulse.TierPremium].PerSecond,
 			srv.planMap()[coinpulse.TierPremium].PerMinute, int64(next.Sub(coinpulse.MonthStart(now)).Seconds()))}
 	refused := do(t, srv.Server, "GET", "/api/v1/markets", key)
@@ -945,9 +949,11 @@ func TestRateLimitHeadersOnPlanRefusal(t *testing.T) {
 	for range 3 {
 		res := do(t, srv.Server, "GET", "/api/v1/markets/top-movers", key)
 		wantError(t, res, http.StatusForbidden, coinpulse.CodePermissionDenied)
-		// Every window whole: the tie goes to the longest, the month.
-		if res.Header.Get("X-RateLimit-Remaining") != "1000" || res.Header.Get("RateLimit-Policy") == "" {
-			t.Errorf("403: X-RateLimit-Remaining %q, RateLimit-Policy %q; want 1000 and the policy", res.Header.Get("X-RateLimit-Remaining"), res.Header.Get("RateLimit-Policy"))
+		// Every window whole: the second, which has the fewest calls, is
+		// described; the month shows whole in RateLimit.
+		if res.Header.Get("X-RateLimit-Remaining") != "5" || res.Header.Get("RateLimit-Policy") == "" || !strings.Contains(res.Header.Get("RateLimit"), `"month";r=1000;`) {
+			t.Errorf("403: X-RateLimit-Remaining %q, RateLimit %q, RateLimit-Policy %q; want 5, a whole month and the policy",
+				res.Header.Get("X-RateLimit-Remaining"), res.Header.Get("RateLimit"), res.Header.Get("RateLimit-Policy"))
 		}
 	}
 }
@@ -982,37 +988,49 @@ func TestMonthSeconds(t *testing.T) {
 	}
 }
 
-// TestClosestWindowWithHugeAllowances: the window the headers describe is
-// the one with the smallest share left, exactly, even when a plan file
-// gives a month of up to 9×10^18 calls (the cross products then pass
-// int64).
-func TestClosestWindowWithHugeAllowances(t *testing.T) {
-	const huge = 9_000_000_000_000_000_000
+// TestClosestWindow: the window X-RateLimit-* describe is the one with the
+// fewest calls left, since a call must pass every window: Remaining never
+// promises a call that another window would refuse (the audit's case: 2
+// left of 3 a second, 6 of 10 a minute; the share rule described the
+// minute, and the third of those 6 calls was refused). On a tie, the
+// smaller share left, then the longer window.
+func TestClosestWindow(t *testing.T) {
+	const huge = coinpulse.MaxMonthlyCalls
 	for _, c := range []struct {
 		name    string
 		windows [3]coinpulse.WindowState
 		want    coinpulse.Window
 	}{
-		{"the second nearly spent, a huge month", [3]coinpulse.WindowState{
-			{Window: coinpulse.WindowSecond, Limit: 5, Remaining: 1},
-			{Window: coinpulse.WindowMinute, Limit: 1_000_000_000, Remaining: 999_999_999},
-			{Window: coinpulse.WindowMonth, Limit: huge, Remaining: huge - 11},
+		{"fewer calls left in the second, a smaller share in the minute", [3]coinpulse.WindowState{
+			{Window: coinpulse.WindowSecond, Limit: 3, Remaining: 2},
+			{Window: coinpulse.WindowMinute, Limit: 10, Remaining: 6},
+			{Window: coinpulse.WindowMonth, Limit: 20, Remaining: 16},
 		}, coinpulse.WindowSecond},
-		{"the minute nearly spent", [3]coinpulse.WindowState{
-			{Window: coinpulse.WindowSecond, Limit: 1_000_000_000, Remaining: 999_999_999},
-			{Window: coinpulse.WindowMinute, Limit: 60, Remaining: 2},
-			{Window: coinpulse.WindowMonth, Limit: huge, Remaining: huge - 1},
-		}, coinpulse.WindowMinute},
-		{"the month nearly spent, huge", [3]coinpulse.WindowState{
+		{"a month nearly spent, but the second has fewer", [3]coinpulse.WindowState{
+			{Window: coinpulse.WindowSecond, Limit: 5, Remaining: 4},
+			{Window: coinpulse.WindowMinute, Limit: 60, Remaining: 59},
+			{Window: coinpulse.WindowMonth, Limit: 1000, Remaining: 9},
+		}, coinpulse.WindowSecond},
+		{"the month with the fewest, huge windows", [3]coinpulse.WindowState{
 			{Window: coinpulse.WindowSecond, Limit: 1_000_000_000, Remaining: 999_999_999},
 			{Window: coinpulse.WindowMinute, Limit: 1_000_000_000, Remaining: 999_999_998},
 			{Window: coinpulse.WindowMonth, Limit: huge, Remaining: 3},
 		}, coinpulse.WindowMonth},
-		{"a tie goes to the longer window", [3]coinpulse.WindowState{
+		{"idle: the second", [3]coinpulse.WindowState{
 			{Window: coinpulse.WindowSecond, Limit: 5, Remaining: 5},
 			{Window: coinpulse.WindowMinute, Limit: 60, Remaining: 60},
 			{Window: coinpulse.WindowMonth, Limit: huge, Remaining: huge},
-		}, coinpulse.WindowMonth},
+		}, coinpulse.WindowSecond},
+		{"as many left: the smaller share", [3]coinpulse.WindowState{
+			{Window: coinpulse.WindowSecond, Limit: 5, Remaining: 5},
+			{Window: coinpulse.WindowMinute, Limit: 60, Remaining: 5},
+			{Window: coinpulse.WindowMonth, Limit: 1000, Remaining: 900},
+		}, coinpulse.WindowMinute},
+		{"none left in two: the longer", [3]coinpulse.WindowState{
+			{Window: coinpulse.WindowSecond, Limit: 5, Remaining: 0},
+			{Window: coinpulse.WindowMinute, Limit: 60, Remaining: 0},
+			{Window: coinpulse.WindowMonth, Limit: 1000, Remaining: 900},
+		}, coinpulse.WindowMinute},
 		{"an unlimited month is left out", [3]coinpulse.WindowState{
 			{Window: coinpulse.WindowSecond, Limit: 5, Remaining: 4},
 			{Window: coinpulse.WindowMinute, Limit: 60, Remaining: 1},
@@ -1023,6 +1041,61 @@ func TestClosestWindowWithHugeAllowances(t *testing.T) {
 		if !ok || w.Window != c.want {
 			t.Errorf("%s: closest is %q (%v), want %q", c.name, w.Window, ok, c.want)
 		}
+	}
+}
+
+// TestRemainingIsWhatIsAdmitted: after X-RateLimit-Remaining says R,
+// exactly R more calls in the same instant pass, whichever window binds
+// (after a burst and a pause, the second; near the month's end, the
+// month). From the audit that found the share rule promising more.
+func TestRemainingIsWhatIsAdmitted(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		calls int           // spaced a second apart
+		pause time.Duration // then this, then one call
+	}{
+		{"a burst, a pause, a call", 0, 1050 * time.Millisecond},
+		{"near the month's end", 16, time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newLimitedServer(t, plansWith(coinpulse.TierPremium, func(p *coinpulse.Plan) {
+				p.PerSecond, p.PerMinute, p.MonthlyCalls = 3, 10, 20
+			}))
+			key, _ := newKey(t, newUser(t, coinpulse.TierPremium, nil), coinpulse.ModeLive, rw, nil)
+			call := func() *response { return do(t, srv.Server, "GET", "/api/v1/markets/global", key) }
+			if c.calls == 0 {
+				for i := range 3 {
+					if res := call(); res.Status != 200 {
+						t.Fatalf("burst call %d: %d", i, res.Status)
+					}
+				}
+			}
+			for i := range c.calls {
+				srv.advance(6 * time.Second) // the minute's pace: 10 a minute
+				if res := call(); res.Status != 200 {
+					t.Fatalf("call %d: %d %s", i, res.Status, res.Raw)
+				}
+			}
+			srv.advance(c.pause)
+			res := call()
+			if res.Status != 200 {
+				t.Fatalf("the call after the pause: %d", res.Status)
+			}
+			n, err := strconv.Atoi(res.Header.Get("X-RateLimit-Remaining"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 1; i <= n; i++ {
+				if r := call(); r.Status != 200 {
+					t.Fatalf("X-RateLimit-Remaining said %d (RateLimit %q), but call %d of them got %d: %s", n, res.Header.Get("RateLimit"), i, r.Status, r.Raw)
+				}
+			}
+			if r := call(); r.Status != http.StatusTooManyRequests {
+				t.Errorf("X-RateLimit-Remaining said %d, and call %d got %d, want 429", n, n+1, r.Status)
+			}
+		})
 	}
 }
 
