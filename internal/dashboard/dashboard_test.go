@@ -12,6 +12,7 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -1057,5 +1058,56 @@ func TestJSONBodyTimeout(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), `"code":"REQUEST_TIMEOUT"`) {
 		t.Errorf("a stalled key form: %d %s", res.StatusCode, body)
+	}
+}
+
+// The upgrade prompt follows the plans in force: under pro-only.json the
+// free and premium plans have no API access and say so, and pro, which
+// reaches everything, gets no prompt. (It was written for the default
+// free plan: "basic endpoints, none calls a month" for a free account,
+// and nothing for a premium one without access.)
+func TestUpgradePromptFollowsThePlans(t *testing.T) {
+	e := newEnv(t, "")
+	f, err := os.Open("../../plans/pro-only.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	plans, err := coinpulse.LoadPlans(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.client()
+	wantRedirect(t, c.signup("prompt@example.com", pw), "/user/api")
+	page := func() string { t.Helper(); return c.get("/user/api").body }
+	if body := page(); !strings.Contains(body, `id="upgrade" class="notice">You are on the free plan: basic endpoints, 1,000 calls a month.`) {
+		t.Errorf("default plans, free: no basic-plan prompt in\n%s", body)
+	}
+	e.dash.SetPlans(plans)
+	u, err := e.store.UserByEmail(context.Background(), "prompt@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c2 := range []struct {
+		tier   coinpulse.Tier
+		prompt string
+	}{
+		{coinpulse.TierFree, "You are on the free plan: no API access (only /usage)."},
+		{coinpulse.TierPremium, "You are on the premium plan: no API access (only /usage)."},
+		{coinpulse.TierPro, ""},
+	} {
+		if err := e.store.SetUserTier(context.Background(), u.ID, c2.tier, nil); err != nil {
+			t.Fatal(err)
+		}
+		body := page()
+		switch {
+		case c2.prompt == "" && strings.Contains(body, `id="upgrade"`):
+			t.Errorf("%s under pro-only.json: an upgrade prompt", c2.tier)
+		case c2.prompt != "" && !strings.Contains(body, `id="upgrade" class="notice">`+c2.prompt):
+			t.Errorf("%s under pro-only.json: no prompt %q", c2.tier, c2.prompt)
+		}
+		if strings.Contains(body, "basic endpoints") || strings.Contains(body, "none calls") {
+			t.Errorf("%s under pro-only.json: the default free plan's prompt", c2.tier)
+		}
 	}
 }

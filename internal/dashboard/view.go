@@ -16,8 +16,9 @@ type dashView struct {
 	Expires string
 	Expired bool
 	Plan    planView
-	// Free accounts see the upgrade prompt, linking to UpgradeURL.
-	Free       bool
+	// Limited, when the plan does not reach every endpoint, says what it
+	// reaches, in the upgrade prompt that links to UpgradeURL.
+	Limited    string
 	UpgradeURL string
 	// Billing is true when UpgradeURL is the operator's billing page, not
 	// the documentation.
@@ -140,6 +141,20 @@ func planOf(p coinpulse.Plan) planView {
 	return v
 }
 
+// limitedPlan is the upgrade prompt's opening for a plan that does not
+// reach every endpoint, from the plans in force (the free plan of the
+// default file; every plan but pro's of pro-only.json): "" for one that
+// does.
+func limitedPlan(tier coinpulse.Tier, p coinpulse.Plan) string {
+	switch p.Endpoints {
+	case coinpulse.EndpointsBasic:
+		return "You are on the " + string(tier) + " plan: basic endpoints, " + figure(p.MonthlyCalls, "no") + " calls a month."
+	case coinpulse.EndpointsNone:
+		return "You are on the " + string(tier) + " plan: no API access (only /usage)."
+	}
+	return ""
+}
+
 func (d *Dashboard) keyView(k *coinpulse.APIKey, now time.Time) keyView {
 	v := keyView{
 		ID: k.ID, Name: k.Name, Display: k.Display(), Mode: string(k.Mode), Permissions: k.Permissions.String(),
@@ -245,7 +260,7 @@ func (d *Dashboard) dashboard(ctx context.Context, u *coinpulse.User, form keyFo
 	}
 	v := &dashView{
 		Tier: string(u.Tier), Expires: "never", Expired: u.SubscriptionExpired(a.now), Plan: planOf(a.plan),
-		Free: u.Tier == coinpulse.TierFree, Max: coinpulse.MaxActiveKeys, Form: form,
+		Limited: limitedPlan(u.Tier, a.plan), Max: coinpulse.MaxActiveKeys, Form: form,
 		MonthCalls: formatInt(a.usage.MonthCalls), Allowance: figure(a.plan.MonthlyCalls, "none"),
 	}
 	if u.TierExpiresAt != nil {
