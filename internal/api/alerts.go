@@ -63,6 +63,9 @@ func (s *Server) maxAlerts(p *principal) int {
 
 // alertLimit words ALERT_LIMIT_REACHED for p's plan.
 func alertLimit(p *principal, max int) error {
+	if max == 0 {
+		return coinpulse.Errorf(coinpulse.CodeAlertLimitReached, "The %s plan includes no active alerts; upgrade at /user/api.", p.user.Tier)
+	}
 	return coinpulse.Errorf(coinpulse.CodeAlertLimitReached,
 		"The %s plan allows %d active alerts per mode (live and sandbox each), and this mode has reached that; disable or delete one, or upgrade at /user/api.", p.user.Tier, max)
 }

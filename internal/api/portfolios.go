@@ -136,12 +136,21 @@ func (s *Server) createPortfolio(w http.ResponseWriter, r *http.Request) error {
 	port := &coinpulse.Portfolio{Owner: owner(w), Name: name, Description: desc, CreatedAt: now, UpdatedAt: now}
 	if err := s.store.CreatePortfolio(r.Context(), port, max); err != nil {
 		if coinpulse.ErrorCode(err) == coinpulse.CodePortfolioLimitReached {
-			return coinpulse.Errorf(coinpulse.CodePortfolioLimitReached,
-				"The %s plan allows %d portfolios per mode and you have %d; delete one or upgrade at /user/api.", p.user.Tier, max, max)
+			return portfolioLimit(p, max)
 		}
 		return err
 	}
 	return s.writePortfolio(w, http.StatusCreated, port)
+}
+
+// portfolioLimit words PORTFOLIO_LIMIT_REACHED for p's plan. The mode
+// may hold more than max: plans can be lowered after portfolios were made.
+func portfolioLimit(p *principal, max int) error {
+	if max == 0 {
+		return coinpulse.Errorf(coinpulse.CodePortfolioLimitReached, "The %s plan includes no portfolios; upgrade at /user/api.", p.user.Tier)
+	}
+	return coinpulse.Errorf(coinpulse.CodePortfolioLimitReached,
+		"The %s plan allows %d portfolios per mode (live and sandbox each), and this mode has reached that; delete one or upgrade at /user/api.", p.user.Tier, max)
 }
 
 // PATCH /portfolio/{id}

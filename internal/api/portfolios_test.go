@@ -360,6 +360,31 @@ func TestPortfolioAccess(t *testing.T) {
 	})
 }
 
+// After a plan lowers max_portfolios (serve's SIGHUP) the portfolios
+// beyond it stay, and PORTFOLIO_LIMIT_REACHED does not claim the mode
+// holds only the new maximum ("you have 2" with 5); a plan with none says
+// so. From an audit.
+func TestPortfolioLimitMessageAfterALowering(t *testing.T) {
+	fast := func(p *coinpulse.Plan) { p.PerSecond, p.PerMinute = 1000, 1000 }
+	ls := newLimitedServer(t, plansWith(coinpulse.TierPremium, fast)) // its own plans
+	srv := ls.Server
+	key, _ := newKey(t, newUser(t, coinpulse.TierPremium, nil), coinpulse.ModeLive, rw, nil)
+	for i := 0; i < 5; i++ {
+		newPortfolio(t, srv, key, fmt.Sprint("p", i))
+	}
+	for max, want := range map[int]string{
+		2: "The premium plan allows 2 portfolios per mode (live and sandbox each), and this mode has reached that; delete one or upgrade at /user/api.",
+		0: "The premium plan includes no portfolios; upgrade at /user/api.",
+	} {
+		srv.SetPlans(t.Context(), plansWith(coinpulse.TierPremium, func(p *coinpulse.Plan) { fast(p); p.MaxPortfolios = max }))
+		res := send(t, srv, "POST", "/api/v1/portfolio", key, `{"name":"sixth"}`)
+		wantError(t, res, http.StatusForbidden, coinpulse.CodePortfolioLimitReached)
+		if res.Error.Message != want {
+			t.Errorf("max %d: message %q\nwant %q", max, res.Error.Message, want)
+		}
+	}
+}
+
 // Concurrent sells through the API never oversell: of 15 sells of 1 from
 // a holding of 10, exactly 10 succeed.
 func TestPortfolioConcurrentSells(t *testing.T) {
