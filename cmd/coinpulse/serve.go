@@ -76,7 +76,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.billingURL, "billing-url", "", "where the dashboard's upgrade prompt links (default: the API documentation)")
 	fs.StringVar(&c.plansFile, "plans", "", "plan file (JSON, see plans/default.json); default: the shipped plans")
 	fs.StringVar(&c.redis, "redis", "", "Redis URL (redis://host:6379/0) for rate limits shared by several nodes; default: in-process")
-	fs.StringVar(&c.redisPrefix, "redis-prefix", ratelimit.DefaultPrefix, "prefix of the limiter's Redis keys (to keep deployments sharing a Redis apart)")
+	fs.StringVar(&c.redisPrefix, "redis-prefix", ratelimit.DefaultPrefix, "prefix of the limiter's Redis keys (to keep deployments sharing a Redis apart; every node on one database must use the same)")
 	fs.StringVar(&c.limits, "limits", "on", "on, or off to serve without rate limits and metering (for measuring their cost)")
 	fs.IntVar(&c.sandbox.PerSecond, "sandbox-per-second", api.DefaultSandboxLimits.PerSecond, "abuse limit of an account's sandbox calls, and of its live keys' /usage calls: calls a second")
 	fs.IntVar(&c.sandbox.PerMinute, "sandbox-per-minute", api.DefaultSandboxLimits.PerMinute, "the same abuse limit: calls a minute")

@@ -184,15 +184,24 @@ func withTimeout(d time.Duration) Option {
 // ClientOptions parses a redis:// URL into the options of a client fit
 // for NewRedis: it never retries a command (a script retried after its
 // reply was lost would run twice and count its calls twice), and its
-// reads and writes end at a check's deadline rather than at the client's
-// own socket timeouts.
+// reads and writes end at a check's deadline, never at a socket timeout
+// of the client's own: a check answered 503 at a shorter timeout could
+// still run, and count, if Redis resumed before the deadline the script
+// carries. So a URL's read_timeout or write_timeout is refused.
 func ClientOptions(url string) (*redis.Options, error) {
 	opts, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, err
 	}
+	if opts.ReadTimeout != 0 || opts.WriteTimeout != 0 {
+		return nil, fmt.Errorf("read_timeout and write_timeout are not taken: each check's trip to Redis is bounded by its own deadline (%s from when it is queued), which a shorter socket timeout would undercut", pipelineTimeout)
+	}
 	opts.MaxRetries = -1
 	opts.ContextTimeoutEnabled = true
+	opts.ReadTimeout, opts.WriteTimeout = -1, -1 // the context's deadline alone
+	if opts.PoolTimeout == 0 {
+		opts.PoolTimeout = pipelineTimeout + time.Second // go-redis's default with its 5 s reads
+	}
 	return opts, nil
 }
 

@@ -741,3 +741,29 @@ func TestRedisRunDeadline(t *testing.T) {
 		}
 	}
 }
+
+// TestClientOptionsLeaveTimeoutsToTheCheck: a check's trip ends at its
+// own deadline only. A socket timeout of the client's own, shorter than
+// the deadline the script carries, answered a check 503 that Redis,
+// resuming before that deadline, still ran and counted (an audit's
+// redis://…?read_timeout=1s: 6 calls during a 2.5 s stall, one 503, all
+// 6 counted). So the URL's timeouts are refused, and the client's are
+// off.
+func TestClientOptionsLeaveTimeoutsToTheCheck(t *testing.T) {
+	opts, err := ClientOptions("redis://127.0.0.1:6379/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.ReadTimeout != -1 || opts.WriteTimeout != -1 || !opts.ContextTimeoutEnabled || opts.MaxRetries != -1 || opts.PoolTimeout < pipelineTimeout {
+		t.Errorf("read %v, write %v, context timeouts %v, retries %d, pool %v; want -1, -1, true, -1 and at least %v",
+			opts.ReadTimeout, opts.WriteTimeout, opts.ContextTimeoutEnabled, opts.MaxRetries, opts.PoolTimeout, pipelineTimeout)
+	}
+	for _, q := range []string{"read_timeout=1s", "write_timeout=200ms", "read_timeout=-1"} {
+		if _, err := ClientOptions("redis://127.0.0.1:6379/0?" + q); err == nil || !strings.Contains(err.Error(), "read_timeout and write_timeout are not taken") {
+			t.Errorf("?%s: %v, want it refused", q, err)
+		}
+	}
+	if _, err := ClientOptions("redis://127.0.0.1:6379/0?dial_timeout=2s&pool_size=20"); err != nil {
+		t.Errorf("other options: %v", err)
+	}
+}
