@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -655,5 +656,31 @@ func TestBadEnvironmentValueSaysWhatIsWanted(t *testing.T) {
 	_, _, err := cli(t, map[string]string{"COINPULSE_REFRESH": "fast"}, "serve", "--data-dir", t.TempDir())
 	if err == nil || !strings.Contains(err.Error(), `COINPULSE_REFRESH="fast"`) || !strings.Contains(err.Error(), "want a duration for --refresh") {
 		t.Errorf("COINPULSE_REFRESH=fast: %v", err)
+	}
+}
+
+// go-redis's own messages reach the service's log as records of its
+// format (JSON here), at most one a second with a count of those left
+// out, not as plain lines on stderr for every failed dial.
+func TestRedisLogIsTheServicesLog(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	l := &redisLog{log: slog.New(slog.NewJSONHandler(&buf, nil)), now: func() time.Time { return now }}
+	for range 5 {
+		l.Printf(context.Background(), "redis: %s:%d: dial tcp 127.0.0.1:6399: connect: connection refused\n", "pool.go", 770)
+		now = now.Add(300 * time.Millisecond)
+	}
+	var recs []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("not a JSON record: %q", line)
+		}
+		recs = append(recs, rec)
+	}
+	// At 0, 0.3, 0.6, 0.9, 1.2 s: the first and the fifth are logged.
+	if len(recs) != 2 || recs[0]["level"] != "WARN" || recs[0]["msg"] != "redis client: redis: pool.go:770: dial tcp 127.0.0.1:6399: connect: connection refused" ||
+		recs[1]["suppressed_since_last"] != float64(3) {
+		t.Errorf("records %v", recs)
 	}
 }

@@ -397,6 +397,7 @@ func newLimiter(ctx context.Context, cfg serveConfig, store coinpulse.Store, log
 	if err != nil {
 		return nil, nil, fmt.Errorf("--redis: %w", err)
 	}
+	redis.SetLogger(&redisLog{log: log, now: time.Now})
 	client := redis.NewClient(opts)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -410,6 +411,33 @@ func newLimiter(ctx context.Context, cfg serveConfig, store coinpulse.Store, log
 	settle := cfg.meterInterval + 500*time.Millisecond
 	limiter := ratelimit.NewRedis(client, seed, ratelimit.WithPrefix(cfg.redisPrefix), ratelimit.WithSettle(settle))
 	return limiter, func() { limiter.Close(); client.Close() }, nil
+}
+
+// redisLog takes go-redis's own messages (a failed dial, a bad
+// connection) into the service's log, at most one a second with the
+// number left out since, instead of go-redis's plain lines on stderr,
+// which a JSON log cannot parse and a Redis outage under load repeats
+// for every call.
+type redisLog struct {
+	log        *slog.Logger
+	now        func() time.Time
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+func (l *redisLog) Printf(_ context.Context, format string, v ...any) {
+	l.mu.Lock()
+	now := l.now()
+	if !l.last.IsZero() && now.Sub(l.last) < time.Second {
+		l.suppressed++
+		l.mu.Unlock()
+		return
+	}
+	n := l.suppressed
+	l.last, l.suppressed = now, 0
+	l.mu.Unlock()
+	l.log.Warn("redis client: "+strings.TrimSpace(fmt.Sprintf(format, v...)), "suppressed_since_last", n)
 }
 
 // DemoEmail is the account serve creates on a fresh database.
