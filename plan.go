@@ -278,12 +278,12 @@ func checkKeys(data []byte) error {
 			in = stack[len(stack)-1]
 		}
 		if k, ok := tok.(string); ok && in != nil && in.wantKey {
-			line := 1 + bytes.Count(data[:dec.InputOffset()], []byte("\n"))
+			line := func() int { return 1 + bytes.Count(data[:dec.InputOffset()], []byte("\n")) }
 			if strings.ContainsFunc(k, func(r rune) bool { return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') }) {
-				return fmt.Errorf("line %d: field %q: field names are spelt in a-z, 0-9 and _", line, k)
+				return fmt.Errorf("line %d: field %q: field names are spelt in a-z, 0-9 and _", line(), k)
 			}
 			if in.keys[k] {
-				return fmt.Errorf("line %d: field %q is given twice in one object", line, k)
+				return fmt.Errorf("line %d: field %q is given twice in one object", line(), k)
 			}
 			in.keys[k] = true
 			in.wantKey = false
