@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"coinpulse"
+	"coinpulse/internal/sqlite"
 	"coinpulse/internal/storetest"
 )
 
@@ -682,5 +683,42 @@ func TestRedisLogIsTheServicesLog(t *testing.T) {
 	if len(recs) != 2 || recs[0]["level"] != "WARN" || recs[0]["msg"] != "redis client: redis: pool.go:770: dial tcp 127.0.0.1:6399: connect: connection refused" ||
 		recs[1]["suppressed_since_last"] != float64(3) {
 		t.Errorf("records %v", recs)
+	}
+}
+
+// Nodes on one database with different limiters each admit an account's
+// allowance (an audit: 200 calls on a 100-a-month plan from two nodes
+// with different --redis-prefix). A node starting with another limiter
+// than the one that last served the database says so.
+func TestCheckLimiterWarnsOfAnotherLimiter(t *testing.T) {
+	ctx := context.Background()
+	store, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "c.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	redisA := `redis 127.0.0.1:6379 db 0 prefix "cp:rl:"`
+	redisB := `redis 127.0.0.1:6379 db 0 prefix "other:"`
+	for i, c := range []struct {
+		limiter string
+		warns   bool
+	}{
+		{"in process", false}, // a new database
+		{"in process", false},
+		{redisA, true},
+		{redisA, false},
+		{redisB, true},
+	} {
+		buf.Reset()
+		checkLimiter(ctx, store, c.limiter, log)
+		warned := strings.Contains(buf.String(), "last served with another rate limiter")
+		if warned != c.warns {
+			t.Errorf("start %d with %s: warned %v, want %v; log %s", i, c.limiter, warned, c.warns, buf.String())
+		}
+		if got, err := store.GetKV(ctx, limiterKey); err != nil || string(got) != c.limiter {
+			t.Errorf("start %d: recorded %q, %v; want %q", i, got, err, c.limiter)
+		}
 	}
 }

@@ -391,6 +391,7 @@ func newLimiter(ctx context.Context, cfg serveConfig, store coinpulse.Store, log
 	}
 	if cfg.redis == "" {
 		log.Info("rate limits in process (one node); use --redis to share them between nodes")
+		checkLimiter(ctx, store, "in process", log)
 		return ratelimit.NewMemory(time.Now, seed), func() {}, nil
 	}
 	opts, err := ratelimit.ClientOptions(cfg.redis)
@@ -406,11 +407,40 @@ func newLimiter(ctx context.Context, cfg serveConfig, store coinpulse.Store, log
 		return nil, nil, fmt.Errorf("--redis %s: %w", opts.Addr, err)
 	}
 	log.Info("rate limits in Redis", "addr", opts.Addr)
+	checkLimiter(ctx, store, fmt.Sprintf("redis %s db %d prefix %q", opts.Addr, opts.DB, cfg.redisPrefix), log)
 	// A seed of a month under way waits out one batch of every node's
 	// meter, and a margin for the write, so that no call is missed.
 	settle := cfg.meterInterval + 500*time.Millisecond
 	limiter := ratelimit.NewRedis(client, seed, ratelimit.WithPrefix(cfg.redisPrefix), ratelimit.WithSettle(settle))
 	return limiter, func() { limiter.Close(); client.Close() }, nil
+}
+
+// limiterKey is where the store keeps which limiter last served it.
+const limiterKey = "limiter"
+
+// checkLimiter warns when the store was last served with another limiter
+// than limiter (in process, or a Redis, db and prefix), then records
+// limiter. Nodes on one database must share one limiter: with different
+// ones each seeds an account's month from the database and then counts
+// apart, so the account could make its allowance once on each. A
+// deliberate move (another Redis) warns once; the check cannot see nodes
+// that each keep their limits in process.
+func checkLimiter(ctx context.Context, store coinpulse.KVStore, limiter string, log *slog.Logger) {
+	last, err := store.GetKV(ctx, limiterKey)
+	switch {
+	case err == nil && string(last) != limiter:
+		log.Warn("this database was last served with another rate limiter; nodes sharing a database must share one limiter (--redis and --redis-prefix), or each counts an account's allowance apart",
+			"last", string(last), "now", limiter)
+	case err != nil && !coinpulse.IsNotFound(err):
+		log.Warn("cannot read which rate limiter last served this database", "err", err)
+		return
+	}
+	if err == nil && string(last) == limiter {
+		return
+	}
+	if err := store.PutKV(ctx, limiterKey, []byte(limiter)); err != nil {
+		log.Warn("cannot record the rate limiter in the database", "err", err)
+	}
 }
 
 // redisLog takes go-redis's own messages (a failed dial, a bad
