@@ -77,6 +77,7 @@ func (s *Server) limit(e *exchange, r *http.Request, rt Route) error {
 		s.peekHeaders(e, r)
 	} else {
 		setRateHeaders(e.Header(), &v, now)
+		e.looked(s, r)
 		if v.Allowed && rt.Free {
 			sv := v // its own variable: v stays on the stack of every other call
 			e.standing = &sv
@@ -124,6 +125,7 @@ func (s *Server) peekHeaders(e *exchange, r *http.Request) {
 	if v, err := s.limiter.Peek(r.Context(), account, limits); err == nil {
 		s.setStandingHeaders(e.Header(), e.principal, &v)
 		e.standing = &v
+		e.looked(s, r)
 	}
 }
 

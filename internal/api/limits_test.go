@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -578,6 +579,44 @@ func TestSimulatedTimeoutHeadersAreFresh(t *testing.T) {
 	want := fmt.Sprint(DefaultSandboxLimits.PerSecond)
 	if l, r := res.Header.Get("X-RateLimit-Limit"), res.Header.Get("X-RateLimit-Remaining"); l != want || r != want {
 		t.Errorf("503 after the wait: X-RateLimit-Limit %s, Remaining %s; want %s and %s", l, r, want, want)
+	}
+}
+
+// An answer that begins long after its call was checked tells where the
+// key stands then, not at the check: a body that never arrives is a 408
+// after the body timeout, here 30 s later by the limiter's clock, when
+// every window is whole again. (It answered with the check's headers, a
+// reset 29 s in the past; found by a verification of the headers.)
+func TestLateAnswerHeadersAreFresh(t *testing.T) {
+	base := testServer(t)
+	clock := &limitedServer{now: time.Now().UTC()} // its clock only
+	lim := allowedLimiter{Limiter: ratelimit.NewMemory(clock.clock, nil), allowed: make(chan struct{}, 1)}
+	srv := New(Config{Store: shared.store, Market: base.market, Log: quiet, Clock: clock.clock, Limiter: lim, BodyTimeout: 300 * time.Millisecond})
+	key, _ := newKey(t, newUser(t, coinpulse.TierPremium, nil), coinpulse.ModeLive, rw, nil)
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	c, err := net.Dial("tcp", ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /api/v1/portfolio HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"name\":", key)
+	<-lim.allowed // checked: 4 of 5 left in the second
+	clock.advance(30 * time.Second)
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("status %d, want 408", res.StatusCode)
+	}
+	now := clock.clock()
+	if got, want := res.Header.Get("X-RateLimit-Reset"), strconv.FormatInt(now.Unix(), 10); got != want {
+		t.Errorf("X-RateLimit-Reset %s, want %s: the window is whole now", got, want)
+	}
+	if got := res.Header.Get("X-RateLimit-Remaining"); got != "5" {
+		t.Errorf("X-RateLimit-Remaining %s, want 5: the second window is whole 30 s after the call; RateLimit %q", got, res.Header.Get("RateLimit"))
 	}
 }
 

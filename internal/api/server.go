@@ -343,6 +343,27 @@ type exchange struct {
 	// simulated is the X-Sandbox-Simulate failure the answer acts out,
 	// or "": the request metrics count it apart from real answers.
 	simulated string
+	// lookedAt is when, by srv's clock, the rate-limit headers were set
+	// for req (nil srv: they were not): an answer that begins a second or
+	// more later sets them again (see fresh), so that a call held up by
+	// a slow body (a 408 after 30 s) does not answer with where the key
+	// stood then, a reset in the past.
+	lookedAt time.Time
+	srv      *Server
+	req      *http.Request
+}
+
+// looked records that s set the rate-limit headers for r now.
+func (e *exchange) looked(s *Server, r *http.Request) {
+	e.srv, e.req, e.lookedAt = s, r, s.clock()
+}
+
+// fresh sets the rate-limit headers again, before the answer begins, if
+// they were set a second or more ago.
+func (e *exchange) fresh() {
+	if e.srv != nil && e.srv.clock().Sub(e.lookedAt) >= time.Second {
+		e.srv.peekHeaders(e, e.req)
+	}
 }
 
 // exchangeOf returns the request state behind w (a bare one for writers
@@ -356,12 +377,16 @@ func exchangeOf(w http.ResponseWriter) *exchange {
 
 func (e *exchange) WriteHeader(status int) {
 	if !e.wrote {
+		e.fresh()
 		e.status, e.wrote = status, true
 	}
 	e.ResponseWriter.WriteHeader(status)
 }
 
 func (e *exchange) Write(b []byte) (int, error) {
+	if !e.wrote {
+		e.fresh() // the answer begins here: an implicit 200
+	}
 	e.wrote = true
 	return e.ResponseWriter.Write(b)
 }
