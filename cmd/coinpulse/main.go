@@ -196,14 +196,28 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) err
 		}
 		if v != "" {
 			if err := fs.Set(f.Name, v); err != nil {
-				if kind, _ := flag.UnquoteUsage(f); kind != "" {
-					err = fmt.Errorf("want a %s for --%s: %w", kind, f.Name, err)
-				}
+				err = fmt.Errorf("want %s for --%s: %w", flagKind(f), f.Name, err)
 				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
 			}
 		}
 	})
 	return envErr
+}
+
+// flagKind says what kind of value f takes: "a duration", "an int",
+// "true or false".
+func flagKind(f *flag.Flag) string {
+	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+		return "true or false"
+	}
+	kind, _ := flag.UnquoteUsage(f)
+	switch {
+	case kind == "":
+		return "a value"
+	case strings.ContainsRune("aeiou", rune(kind[0])):
+		return "an " + kind
+	}
+	return "a " + kind
 }
 
 // envName is the environment variable of the flag named flag.

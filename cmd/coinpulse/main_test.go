@@ -654,9 +654,15 @@ func TestHelpIsNotAFailure(t *testing.T) {
 // TestBadEnvironmentValueSaysWhatIsWanted: a variable that does not parse
 // names the flag and the kind of value it wants, not only "parse error".
 func TestBadEnvironmentValueSaysWhatIsWanted(t *testing.T) {
-	_, _, err := cli(t, map[string]string{"COINPULSE_REFRESH": "fast"}, "serve", "--data-dir", t.TempDir())
-	if err == nil || !strings.Contains(err.Error(), `COINPULSE_REFRESH="fast"`) || !strings.Contains(err.Error(), "want a duration for --refresh") {
-		t.Errorf("COINPULSE_REFRESH=fast: %v", err)
+	for name, want := range map[string]string{
+		"COINPULSE_REFRESH": "want a duration for --refresh",
+		"COINPULSE_DEMO":    "want true or false for --demo",
+		"COINPULSE_SEED":    "want an int for --seed",
+	} {
+		_, _, err := cli(t, map[string]string{name: "fast"}, "serve", "--data-dir", t.TempDir())
+		if err == nil || !strings.Contains(err.Error(), name+`="fast"`) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s=fast: %v, want %q", name, err, want)
+		}
 	}
 }
 

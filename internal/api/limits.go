@@ -64,6 +64,7 @@ func (s *Server) limit(e *exchange, r *http.Request, rt Route) error {
 		return nil
 	}
 	account, limits := s.limitsOf(e.principal, rt)
+	asked := s.clock() // the headers are as of then, or a little later
 	v, err := s.limiter.Allow(r.Context(), account, limits)
 	if err != nil {
 		e.Header().Set("Retry-After", "1")
@@ -77,7 +78,7 @@ func (s *Server) limit(e *exchange, r *http.Request, rt Route) error {
 		s.peekHeaders(e, r)
 	} else {
 		setRateHeaders(e.Header(), &v, now)
-		e.looked(s, r)
+		e.looked(s, r, asked)
 		if v.Allowed && rt.Free {
 			sv := v // its own variable: v stays on the stack of every other call
 			e.standing = &sv
@@ -117,16 +118,20 @@ func (s *Server) limitsOf(p *principal, rt Route) (string, coinpulse.Limits) {
 // on a free route (whose own abuse limit shows only in the 429 it refuses
 // with), of the sandbox for a sandbox key. For an authenticated call
 // refused before its limits were checked, a free call, a refund.
-func (s *Server) peekHeaders(e *exchange, r *http.Request) {
+func (s *Server) peekHeaders(e *exchange, r *http.Request) bool {
 	if s.limiter == nil {
-		return
+		return false
 	}
 	account, limits := s.limitsOf(e.principal, Route{})
-	if v, err := s.limiter.Peek(r.Context(), account, limits); err == nil {
-		s.setStandingHeaders(e.Header(), e.principal, &v)
-		e.standing = &v
-		e.looked(s, r)
+	asked := s.clock()
+	v, err := s.limiter.Peek(r.Context(), account, limits)
+	if err != nil {
+		return false
 	}
+	s.setStandingHeaders(e.Header(), e.principal, &v)
+	e.standing = &v
+	e.looked(s, r, asked)
+	return true
 }
 
 // setStandingHeaders describes v, a Peek of p's standing account. A live

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -586,38 +587,74 @@ func TestSimulatedTimeoutHeadersAreFresh(t *testing.T) {
 // key stands then, not at the check: a body that never arrives is a 408
 // after the body timeout, here 30 s later by the limiter's clock, when
 // every window is whole again. (It answered with the check's headers, a
-// reset 29 s in the past; found by a verification of the headers.)
+// reset 29 s in the past; found by a verification of the headers.) The
+// look outlives the request's context, which the timed-out read cancels
+// (a limiter that honours its context answered nothing, and the stale
+// headers went out); if the limiter cannot answer, the 408 has none.
 func TestLateAnswerHeadersAreFresh(t *testing.T) {
-	base := testServer(t)
-	clock := &limitedServer{now: time.Now().UTC()} // its clock only
-	lim := allowedLimiter{Limiter: ratelimit.NewMemory(clock.clock, nil), allowed: make(chan struct{}, 1)}
-	srv := New(Config{Store: shared.store, Market: base.market, Log: quiet, Clock: clock.clock, Limiter: lim, BodyTimeout: 300 * time.Millisecond})
-	key, _ := newKey(t, newUser(t, coinpulse.TierPremium, nil), coinpulse.ModeLive, rw, nil)
-	ts := httptest.NewServer(srv.Handler())
-	defer ts.Close()
-	c, err := net.Dial("tcp", ts.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		name     string
+		failPeek bool
+	}{{"fresh", false}, {"limiter down by then", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			base := testServer(t)
+			clock := &limitedServer{now: time.Now().UTC()} // its clock only
+			lim := &contextLimiter{allowedLimiter: allowedLimiter{Limiter: ratelimit.NewMemory(clock.clock, nil), allowed: make(chan struct{}, 1)}}
+			srv := New(Config{Store: shared.store, Market: base.market, Log: quiet, Clock: clock.clock, Limiter: lim, BodyTimeout: 300 * time.Millisecond})
+			key, _ := newKey(t, newUser(t, coinpulse.TierPremium, nil), coinpulse.ModeLive, rw, nil)
+			ts := httptest.NewServer(srv.Handler())
+			defer ts.Close()
+			conn, err := net.Dial("tcp", ts.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "POST /api/v1/portfolio HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"name\":", key)
+			<-lim.allowed // checked: 4 of 5 left in the second
+			lim.failPeek.Store(c.failPeek)
+			clock.advance(30 * time.Second)
+			res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if res.StatusCode != http.StatusRequestTimeout {
+				t.Fatalf("status %d, want 408", res.StatusCode)
+			}
+			if c.failPeek {
+				for _, k := range rateLimitHeaders {
+					if v := res.Header.Get(k); v != "" {
+						t.Errorf("%s: %q, want none when the limiter cannot say where the key stands", k, v)
+					}
+				}
+				return
+			}
+			now := clock.clock()
+			if got, want := res.Header.Get("X-RateLimit-Reset"), strconv.FormatInt(now.Unix(), 10); got != want {
+				t.Errorf("X-RateLimit-Reset %s, want %s: the window is whole now", got, want)
+			}
+			if got := res.Header.Get("X-RateLimit-Remaining"); got != "5" {
+				t.Errorf("X-RateLimit-Remaining %s, want 5: the second window is whole 30 s after the call; RateLimit %q", got, res.Header.Get("RateLimit"))
+			}
+		})
 	}
-	defer c.Close()
-	fmt.Fprintf(c, "POST /api/v1/portfolio HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"name\":", key)
-	<-lim.allowed // checked: 4 of 5 left in the second
-	clock.advance(30 * time.Second)
-	res, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatal(err)
+}
+
+// contextLimiter honours its context in Peek, as the interface allows,
+// and fails its Peeks while failPeek is set.
+type contextLimiter struct {
+	allowedLimiter
+	failPeek atomic.Bool
+}
+
+func (c *contextLimiter) Peek(ctx context.Context, account string, l coinpulse.Limits) (coinpulse.Verdict, error) {
+	if err := ctx.Err(); err != nil {
+		return coinpulse.Verdict{}, err
 	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusRequestTimeout {
-		t.Fatalf("status %d, want 408", res.StatusCode)
+	if c.failPeek.Load() {
+		return coinpulse.Verdict{}, errors.New("contextLimiter: down")
 	}
-	now := clock.clock()
-	if got, want := res.Header.Get("X-RateLimit-Reset"), strconv.FormatInt(now.Unix(), 10); got != want {
-		t.Errorf("X-RateLimit-Reset %s, want %s: the window is whole now", got, want)
-	}
-	if got := res.Header.Get("X-RateLimit-Remaining"); got != "5" {
-		t.Errorf("X-RateLimit-Remaining %s, want 5: the second window is whole 30 s after the call; RateLimit %q", got, res.Header.Get("RateLimit"))
-	}
+	return c.allowedLimiter.Peek(ctx, account, l)
 }
 
 // allowedLimiter is a limiter that tells, once, when an Allow returned.

@@ -353,18 +353,33 @@ type exchange struct {
 	req      *http.Request
 }
 
-// looked records that s set the rate-limit headers for r now.
-func (e *exchange) looked(s *Server, r *http.Request) {
-	e.srv, e.req, e.lookedAt = s, r, s.clock()
+// looked records that s set the rate-limit headers for r, from a look at
+// the limiter made at (or after) at.
+func (e *exchange) looked(s *Server, r *http.Request, at time.Time) {
+	e.srv, e.req, e.lookedAt = s, r, at
 }
 
 // fresh sets the rate-limit headers again, before the answer begins, if
-// they were set a second or more ago.
+// they were set a second or more ago; if the limiter cannot say now, the
+// answer goes without them rather than with stale ones. The look outlives
+// the request's context, which a timed-out body read has canceled.
 func (e *exchange) fresh() {
-	if e.srv != nil && e.srv.clock().Sub(e.lookedAt) >= time.Second {
-		e.srv.peekHeaders(e, e.req)
+	if e.srv == nil || e.srv.clock().Sub(e.lookedAt) < time.Second {
+		return
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.req.Context()), 5*time.Second)
+	defer cancel()
+	if !e.srv.peekHeaders(e, e.req.WithContext(ctx)) {
+		h := e.Header()
+		for _, k := range rateLimitKeys {
+			delete(h, k)
+		}
+	}
+	e.srv = nil // once
 }
+
+// rateLimitKeys are the header keys the limits set, in canonical form.
+var rateLimitKeys = [...]string{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", "Ratelimit", "Ratelimit-Policy"}
 
 // exchangeOf returns the request state behind w (a bare one for writers
 // that did not come through serveHTTP).
