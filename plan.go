@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -89,6 +90,21 @@ var planFields = []string{"tier", "monthly_calls", "per_minute", "per_second", "
 
 // utf8BOM starts the files some editors save; it is skipped.
 var utf8BOM = []byte("\xef\xbb\xbf")
+
+// LoadPlansFile loads the plan file at path (see LoadPlans); its errors
+// name the file.
+func LoadPlansFile(path string) (map[Tier]Plan, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	plans, err := LoadPlans(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return plans, nil
+}
 
 // LoadPlans reads a plan file (JSON, the format of plans/default.json):
 // every tier exactly once, every figure given. It is strict, so that a

@@ -25,12 +25,7 @@ func TestDefaultPlans(t *testing.T) {
 
 // The second variant: only Pro has API access, at 10,000 calls a month.
 func TestProOnlyPlans(t *testing.T) {
-	f, err := os.Open("plans/pro-only.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	plans, err := LoadPlans(f)
+	plans, err := LoadPlansFile("plans/pro-only.json")
 	if err != nil {
 		t.Fatal(err)
 	}

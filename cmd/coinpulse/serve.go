@@ -160,14 +160,9 @@ func validBillingURL(u string) bool {
 
 // readPlans loads the plan file at path (--plans).
 func readPlans(path string) (map[coinpulse.Tier]coinpulse.Plan, error) {
-	f, err := os.Open(path)
+	plans, err := coinpulse.LoadPlansFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("--plans: %w", err)
-	}
-	defer f.Close()
-	plans, err := coinpulse.LoadPlans(f)
-	if err != nil {
-		return nil, fmt.Errorf("--plans %s: %w", path, err)
+		return nil, fmt.Errorf("--plans %w", err)
 	}
 	return plans, nil
 }

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -925,12 +924,7 @@ func TestPlanWithoutAPIAccess(t *testing.T) {
 // alone.
 func proOnlyPlans(t *testing.T) map[coinpulse.Tier]coinpulse.Plan {
 	t.Helper()
-	f, err := os.Open("../../plans/pro-only.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	plans, err := coinpulse.LoadPlans(f)
+	plans, err := coinpulse.LoadPlansFile("../../plans/pro-only.json")
 	if err != nil {
 		t.Fatal(err)
 	}

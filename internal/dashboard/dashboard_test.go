@@ -12,7 +12,6 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -1068,12 +1067,7 @@ func TestJSONBodyTimeout(t *testing.T) {
 // and nothing for a premium one without access.)
 func TestUpgradePromptFollowsThePlans(t *testing.T) {
 	e := newEnv(t, "")
-	f, err := os.Open("../../plans/pro-only.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	plans, err := coinpulse.LoadPlans(f)
+	plans, err := coinpulse.LoadPlansFile("../../plans/pro-only.json")
 	if err != nil {
 		t.Fatal(err)
 	}
