@@ -81,6 +81,13 @@ type UsageStore interface {
 	// MonthCalls returns the user's counted calls in the calendar month
 	// starting at monthStart.
 	MonthCalls(ctx context.Context, userID int64, monthStart time.Time) (int64, error)
+	// MarkMonth records that the rate limiter has seeded the user's
+	// calendar month starting at monthStart, and reports whether it had
+	// been recorded before: a month seeded again (Redis lost its count)
+	// may have calls the meters have not written yet, even when
+	// MonthCalls says none. Marks of the user's earlier months are
+	// removed.
+	MarkMonth(ctx context.Context, userID int64, monthStart time.Time) (before bool, err error)
 	// Usage returns the user's usage as of now, read in one snapshot: no
 	// batch of RecordCalls counts in some of its figures and not others.
 	Usage(ctx context.Context, userID int64, now time.Time) (*Usage, error)

@@ -206,6 +206,21 @@ func (db *DB) MonthCalls(ctx context.Context, userID int64, monthStart time.Time
 	return n, nil
 }
 
+// MarkMonth records that the rate limiter has seeded the user's month
+// starting at monthStart and reports whether it had before (see
+// coinpulse.UsageStore), removing the user's marks older than the month
+// before, in one statement. It returns the database's error, if any.
+func (db *DB) MarkMonth(ctx context.Context, userID int64, monthStart time.Time) (before bool, err error) {
+	tag, err := db.pool.Exec(ctx, `
+		WITH old AS (DELETE FROM limiter_months WHERE user_id = $1 AND month < $3)
+		INSERT INTO limiter_months (user_id, month) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+		userID, monthStart, monthStart.AddDate(0, -1, 0))
+	if err != nil {
+		return false, fmt.Errorf("postgres: mark month: %w", err)
+	}
+	return tag.RowsAffected() == 0, nil
+}
+
 // Usage returns the user's usage as of now (see coinpulse.Usage), reading
 // it in one round trip and one snapshot: a user without calls, or that
 // does not exist, has zeros and 30 empty days. The percentiles are bucket

@@ -313,6 +313,31 @@ func (db *DB) MonthCalls(ctx context.Context, userID int64, monthStart time.Time
 	return n, nil
 }
 
+// MarkMonth records that the rate limiter has seeded the user's month
+// starting at monthStart and reports whether it had before (see
+// coinpulse.UsageStore), removing the user's marks older than the month
+// before. It returns the database's error, if any.
+func (db *DB) MarkMonth(ctx context.Context, userID int64, monthStart time.Time) (before bool, err error) {
+	err = db.Transact(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM limiter_months WHERE user_id = ? AND month < ?`,
+			userID, micros(monthStart.AddDate(0, -1, 0))); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `INSERT INTO limiter_months (user_id, month) VALUES (?, ?) ON CONFLICT DO NOTHING`,
+			userID, micros(monthStart))
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		before = n == 0
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("sqlite: mark month: %w", err)
+	}
+	return before, nil
+}
+
 // Usage returns the user's usage as of now (see coinpulse.Usage), read in
 // one snapshot: a user without calls, or that does not exist, has zeros
 // and 30 empty days. The percentiles are bucket upper edges, per

@@ -74,6 +74,7 @@ func Run(t *testing.T, open func(t *testing.T) coinpulse.Store) {
 		{"Usage/RecentTies", testUsageRecentTies},
 		{"Usage/CountedOnly", testUsageCounted},
 		{"Usage/MonthBoundary", testUsageMonthBoundary},
+		{"Usage/MarkMonth", testUsageMarkMonth},
 		{"Usage/Daily", testUsageDaily},
 		{"Usage/Percentiles", testUsagePercentiles},
 		{"Usage/Keys", testUsageKeys},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -292,6 +293,56 @@ func testUsageMonthBoundary(t *testing.T, s coinpulse.Store) {
 	end := time.Date(2025, 3, 31, 23, 59, 59, 0, time.UTC)
 	if got := usage(t, s, u.ID, end); got.MonthCalls != 2 {
 		t.Errorf("Usage(31 March) MonthCalls = %d, want 2", got.MonthCalls)
+	}
+}
+
+// A month is marked once per user: the first MarkMonth says it was not
+// before, every later one that it was, for that user and month only. A
+// mark lives through the next month and goes in the one after.
+func testUsageMarkMonth(t *testing.T, s coinpulse.Store) {
+	a := newUser(t, s, "mark-a@example.com")
+	b := newUser(t, s, "mark-b@example.com")
+	march := time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC)
+	mark := func(u *coinpulse.User, month time.Time, want bool) {
+		t.Helper()
+		before, err := s.MarkMonth(t.Context(), u.ID, month)
+		if err != nil {
+			t.Fatalf("MarkMonth(%s, %s): %v", u.Email, month.Format("2006-01"), err)
+		}
+		if before != want {
+			t.Errorf("MarkMonth(%s, %s) = %v, want %v", u.Email, month.Format("2006-01"), before, want)
+		}
+	}
+	mark(a, march, false)
+	mark(a, march, true)
+	mark(a, march, true)
+	mark(b, march, false)                  // another user
+	mark(a, march.AddDate(0, 1, 0), false) // another month; March's mark stays
+	mark(a, march, true)
+	mark(a, march.AddDate(0, 2, 0), false) // May: March's mark goes, April's stays
+	mark(a, march.AddDate(0, 1, 0), true)
+	mark(a, march, false)
+	mark(b, march, true) // b's marks are b's
+
+	// Concurrent marks of one month: exactly one finds none before it.
+	c := newUser(t, s, "mark-c@example.com")
+	var wg sync.WaitGroup
+	var firsts, errs atomic.Int64
+	for range 8 {
+		wg.Go(func() {
+			before, err := s.MarkMonth(t.Context(), c.ID, march)
+			switch {
+			case err != nil:
+				errs.Add(1)
+				t.Errorf("MarkMonth: %v", err)
+			case !before:
+				firsts.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := firsts.Load(); n != 1 && errs.Load() == 0 {
+		t.Errorf("8 concurrent MarkMonths: %d found no mark before, want 1", n)
 	}
 }
 
