@@ -16,6 +16,13 @@ import (
 // when they have no state for that month yet.
 type Seed func(ctx context.Context, account string, monthStart time.Time) (int64, error)
 
+// Seen records, in the main database, that account's month starting at
+// monthStart has been seeded, and reports whether it had been before. The
+// Redis limiter asks it when Seed says a month has no call yet: a month
+// seeded before has had calls the meters may not have written (see
+// WithSeen).
+type Seen func(ctx context.Context, account string, monthStart time.Time) (before bool, err error)
+
 var (
 	_ coinpulse.Limiter = (*Memory)(nil)
 	_ coinpulse.Limiter = (*Redis)(nil)

@@ -50,6 +50,8 @@ type Redis struct {
 	// settle is how long a seed of a month under way waits for the
 	// nodes' meters before it reads the count again (see WithSettle).
 	settle time.Duration
+	// seen tells a month seeded before from a new one (see WithSeen).
+	seen Seen
 	// timeout bounds how long a check waits for its reply, from when it
 	// is queued (pipelineTimeout but in tests).
 	timeout time.Duration
@@ -141,7 +143,10 @@ const (
 )
 
 type redisSeed struct {
-	done chan struct{}
+	wait chan struct{} // closed when the seed is done, or failed
+	// done is set, under Redis.mu, when the seed has succeeded: its
+	// caller is about to write it.
+	done bool
 	n    int64
 	err  error
 }
@@ -164,9 +169,19 @@ func WithPrefix(prefix string) Option {
 // admitted but has not written. d should be the meters' batch interval
 // and a margin. The account's calls wait for the seed meanwhile, on every
 // node, so none is admitted on a short count. A month with no call
-// written yet is seeded at once: it is most likely new.
+// written yet is seeded at once, unless WithSeen says it was seeded
+// before.
 func WithSettle(d time.Duration) Option {
 	return func(r *Redis) { r.settle = d }
+}
+
+// WithSeen makes a seed that finds no call of the month written ask seen
+// whether the month was seeded before, and settle (see WithSettle) when
+// it was: Redis lost the count of a month whose first calls the meters
+// have not written yet. Without it such a month is taken as new, and the
+// calls of its first meter interval could be admitted again.
+func WithSeen(seen Seen) Option {
+	return func(r *Redis) { r.seen = seen }
 }
 
 // withClock makes the script use clock's time instead of the server's
@@ -284,7 +299,7 @@ func (r *Redis) check(ctx context.Context, account string, l coinpulse.Limits, c
 		mode = argCommit
 	}
 	start, end := monthBounds(now)
-	seed := ""
+	seed, fresh := "", false
 	for attempt := 0; ; attempt++ {
 		if attempt == 4 {
 			return coinpulse.Verdict{}, fmt.Errorf("ratelimit: %s: the month keeps changing under the check", account)
@@ -305,9 +320,16 @@ func (r *Redis) check(ctx context.Context, account string, l coinpulse.Limits, c
 			seed = ""
 			continue
 		case len(res) == replyInts && res[0] == -1: // no state for this month yet
-			n, err := r.seedMonth(ctx, account, start)
+			n, written, err := r.seedMonth(ctx, account, start, fresh)
 			if err != nil {
 				return coinpulse.Verdict{}, err
+			}
+			if written {
+				// This process wrote a seed just now, most likely after
+				// this run: run again without one, and seed afresh if the
+				// key is still absent (Redis lost it again).
+				fresh, seed = true, ""
+				continue
 			}
 			seed = strconv.FormatInt(n, 10)
 			continue
@@ -334,47 +356,58 @@ func (r *Redis) check(ctx context.Context, account string, l coinpulse.Limits, c
 	}
 }
 
-// seedReuse is how long a seed is handed to the calls of this process
-// that find the month key still absent. The seed is written only if the
-// key is absent, so a seed this old could only miss the calls of that
-// moment, and only if the key vanished meanwhile.
-const seedReuse = time.Second
+// seedRecent is how long after a seed the calls of this process that
+// find the month key absent run again before they seed: their run most
+// likely came before the seed was written. A seed that is done is never
+// handed on to be written: the key may have vanished since, with calls
+// counted on it.
+const seedRecent = time.Second
 
 // seedTimeout bounds a seed's database reads, beyond the settle wait.
 const seedTimeout = 10 * time.Second
 
 // seedMonth calls Seed for account's month, sharing the call with the
-// other calls of this process that want the same seed meanwhile (or just
-// before, see seedReuse). The seed runs apart from the context of the call
-// that started it: a client hanging up must not end the seed every other
-// call waits for, nor let them seed without the settle wait. A waiter
-// whose seeder failed seeds again itself, the same way, once.
-func (r *Redis) seedMonth(ctx context.Context, account string, start time.Time) (int64, error) {
-	return r.seedMonthTry(ctx, account, start, true)
+// other calls of this process that want the same seed meanwhile. The seed
+// runs apart from the context of the call that started it: a client
+// hanging up must not end the seed every other call waits for, nor let
+// them seed without the settle wait. A waiter whose seeder failed seeds
+// again itself, the same way, once. written reports a seed that was done
+// when this call asked, less than seedRecent before, and not fresh: the
+// caller runs again without a seed rather than use n.
+func (r *Redis) seedMonth(ctx context.Context, account string, start time.Time, fresh bool) (n int64, written bool, err error) {
+	return r.seedMonthTry(ctx, account, start, fresh, true)
 }
 
-func (r *Redis) seedMonthTry(ctx context.Context, account string, start time.Time, retry bool) (int64, error) {
+func (r *Redis) seedMonthTry(ctx context.Context, account string, start time.Time, fresh, retry bool) (int64, bool, error) {
 	if r.seed == nil {
-		return 0, nil
+		return 0, false, nil
 	}
 	key := start.Format("200601") + ":" + account
 	r.mu.Lock()
-	if c := r.seeding[key]; c != nil {
+	c := r.seeding[key]
+	if c != nil && c.done {
+		if !fresh {
+			r.mu.Unlock()
+			return 0, true, nil
+		}
+		c = nil // seed afresh, in place of that one
+	}
+	if c != nil {
 		r.mu.Unlock()
 		select {
-		case <-c.done:
+		case <-c.wait:
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, false, ctx.Err()
 		}
 		if c.err == nil {
-			return c.n, nil
+			return c.n, false, nil
 		}
 		if err := ctx.Err(); err != nil || !retry {
-			return 0, cmp.Or(err, c.err)
+			return 0, false, cmp.Or(err, c.err)
 		}
-		return r.seedMonthTry(ctx, account, start, false)
+		return r.seedMonthTry(ctx, account, start, fresh, false)
 	}
-	c := &redisSeed{done: make(chan struct{})}
+	c = &redisSeed{wait: make(chan struct{})}
 	r.seeding[key] = c
 	r.mu.Unlock()
 	forget := func() {
@@ -385,24 +418,33 @@ func (r *Redis) seedMonthTry(ctx context.Context, account string, start time.Tim
 		r.mu.Unlock()
 	}
 	defer func() {
-		// A success is kept a little while for the calls whose script
-		// ran before the seed was written; a failure is not.
+		// A success is kept a little while for the calls whose run came
+		// before the seed was written; a failure is not.
 		if c.err == nil {
-			time.AfterFunc(seedReuse, forget)
+			r.mu.Lock()
+			c.done = true
+			r.mu.Unlock()
+			time.AfterFunc(seedRecent, forget)
 		} else {
 			forget()
 		}
-		close(c.done)
+		close(c.wait)
 	}()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.settle+seedTimeout)
 	defer cancel()
 	c.err = errSeedPanicked // until Seed returns
 	c.n, c.err = r.seed(sctx, account, start)
-	if c.err == nil && c.n > 0 && r.settle > 0 {
-		time.Sleep(r.settle)
-		c.n, c.err = r.seed(sctx, account, start)
+	if c.err == nil && r.settle > 0 {
+		again := c.n > 0
+		if !again && r.seen != nil {
+			again, c.err = r.seen(sctx, account, start)
+		}
+		if c.err == nil && again {
+			time.Sleep(r.settle)
+			c.n, c.err = r.seed(sctx, account, start)
+		}
 	}
-	return c.n, c.err
+	return c.n, false, c.err
 }
 
 // refundScript gives back an admitted call: each rolling window's TAT

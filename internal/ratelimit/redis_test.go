@@ -232,6 +232,82 @@ func TestRedisSettlesAMonthUnderWay(t *testing.T) {
 	}
 }
 
+// A month that Redis loses the count of before its first calls are
+// written is seeded again after the meters had time to write, not as a
+// new month: Seen says it was seeded before. That holds also within
+// seedRecent of the first seed, when the calls of this process that find
+// the key absent could have been handed the first seed (0) again.
+func TestRedisSettlesAMonthSeenBefore(t *testing.T) {
+	c := newTestClient(t)
+	prefix := testPrefix(t)
+	month := coinpulse.MonthStart(time.Now())
+	moKey := prefix + "{early}:mo:" + month.Format("200601")
+	const settle = 300 * time.Millisecond
+	var mu sync.Mutex
+	var lost time.Time  // when the test deleted the month key
+	written := int64(0) // the calls the meters have written
+	seed := func(_ context.Context, account string, m time.Time) (int64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if account == "early" && !lost.IsZero() && time.Since(lost) >= settle/2 {
+			return written, nil // the meters wrote the month's first calls
+		}
+		return 0, nil
+	}
+	seen := map[string]int{}
+	var seenErr error
+	mark := func(_ context.Context, account string, m time.Time) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if seenErr != nil {
+			return false, seenErr
+		}
+		seen[account]++
+		return seen[account] > 1, nil
+	}
+	lim := NewRedis(c, seed, WithPrefix(prefix), WithSettle(settle), WithSeen(mark))
+	limits := coinpulse.Limits{PerSecond: 100, PerMinute: 1000, Monthly: 10}
+
+	// The month's first calls are not held: Seen has not seen it.
+	start := time.Now()
+	if got := monthCounts(t, lim, "early", limits, 3); !slices.Equal(got, []int64{1, 2, 3}) {
+		t.Fatalf("first calls: month counts %v, want [1 2 3]", got)
+	}
+	if took := time.Since(start); took >= settle {
+		t.Errorf("a new month's first calls were answered after %v, held for a settle", took)
+	}
+
+	// Redis loses the count at once, before the meters wrote those three.
+	mu.Lock()
+	lost, written = time.Now(), 3
+	mu.Unlock()
+	if err := c.Del(context.Background(), moKey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	if got := monthCounts(t, lim, "early", limits, 2); !slices.Equal(got, []int64{4, 5}) {
+		t.Errorf("after the loss: month counts %v, want [4 5] (seeded again with the 3 calls written)", got)
+	}
+	if took := time.Since(start); took < settle {
+		t.Errorf("after the loss, the calls were answered after %v, before the seed settled (%v)", took, settle)
+	}
+	if n, _ := c.Get(context.Background(), moKey).Int64(); n != 5 {
+		t.Errorf("month count %d in Redis, want 5", n)
+	}
+
+	// A Seen that fails fails the call, which counts nowhere.
+	mu.Lock()
+	seenErr = errors.New("database down")
+	mu.Unlock()
+	time.Sleep(seedRecent) // the last seed is no longer handed on
+	if _, err := lim.Allow(context.Background(), "other", limits); err == nil || !strings.Contains(err.Error(), "database down") {
+		t.Errorf("Allow with Seen failing: %v, want its error", err)
+	}
+	if n, err := c.Exists(context.Background(), prefix+"{other}:mo:"+month.Format("200601")).Result(); err != nil || n != 0 {
+		t.Errorf("a call whose Seen failed left a month count (%d, %v)", n, err)
+	}
+}
+
 // monthCounts makes n concurrent calls of account, each of which must be
 // admitted, and returns the month counts they saw, in order.
 func monthCounts(t *testing.T, lim *Redis, account string, limits coinpulse.Limits, n int) []int64 {
