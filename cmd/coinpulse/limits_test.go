@@ -229,7 +229,7 @@ func TestLimitsExactAcrossTwoNodes(t *testing.T) {
 	}
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
-	// A node reuses a month's seed for a second (ratelimit's seedReuse),
+	// A node reuses a month's seed for a second (ratelimit's seedRecent),
 	// so the loss must come later than that after the first calls.
 	time.Sleep(1100 * time.Millisecond)
 	keys, err := rdb.Keys(context.Background(), prefix+"*").Result()
@@ -270,12 +270,12 @@ func TestRedisLossBeforeTheMetersWrote(t *testing.T) {
 		return status
 	}
 	// The first call seeds the month (nothing written yet: at once). Once
-	// it is written, and a node no longer reuses that seed (ratelimit's
-	// seedReuse, a second), four more calls on both nodes.
+	// it is written, four more calls on both nodes: Redis then loses a
+	// month the database has calls of (TestRedisLossInTheMonthsFirstSecond
+	// has it lose one the database has none of yet).
 	if status := call(0); status != 200 {
 		t.Fatalf("first call: %d", status)
 	}
-	time.Sleep(1100 * time.Millisecond)
 	for deadline := time.Now().Add(10 * time.Second); getUsage(t, nodes[1], key).MonthCalls != 1; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the first call was not metered within 10 s")
@@ -317,6 +317,82 @@ func TestRedisLossBeforeTheMetersWrote(t *testing.T) {
 	wg.Wait()
 	if ok.Load() != k-5 || limited.Load() != 5 {
 		t.Errorf("after Redis lost its keys: %d×200, %d×429; want %d×200 (the plan's %d less the 5 made)", ok.Load(), limited.Load(), k-5, k)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		n := getUsage(t, nodes[0], key).MonthCalls
+		if n == k {
+			break
+		}
+		if n > k || time.Now().After(deadline) {
+			t.Fatalf("month_calls %d, want the plan's %d", n, k)
+		}
+	}
+	for _, n := range nodes {
+		n.term(t)
+	}
+}
+
+// Redis losing its state in the first second of an account's month,
+// before the meters wrote any of its calls and while a node could still
+// hand on the month's first seed (0), gives nobody a call more than the
+// plan either: the database remembers that the month was seeded, so it is
+// seeded again once the meters have written.
+func TestRedisLossInTheMonthsFirstSecond(t *testing.T) {
+	redisURL := ratelimit.RedisURL(t)
+	db := postgresSchema(t)
+	const k = 8
+	prefix := fmt.Sprintf("cp:test:%d:", time.Now().UnixNano())
+	key := premiumKey(t, db)
+	args := []string{"--db", db, "--plans", plansFile(t, k), "--redis", redisURL, "--redis-prefix", prefix, "--meter-interval", "1s"}
+	nodes := []*proc{startProc(t, args...), startProc(t, args...)}
+	call := func(n int) int {
+		status, err := nodes[n%2].status(key, "/api/v1/markets/global")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return status
+	}
+	opts, err := redis.ParseURL(redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	// The month's first four calls, on both nodes, then at once (well
+	// within a meter interval and seedRecent) Redis loses them.
+	start := time.Now()
+	for i := range 4 {
+		if status := call(i); status != 200 {
+			t.Fatalf("call %d: %d", i+1, status)
+		}
+	}
+	keys, err := rdb.Keys(context.Background(), prefix+"*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("limiter keys under %s: %v, %v", prefix, keys, err)
+	}
+	if err := rdb.Del(context.Background(), keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Logf("the four calls and the loss took %v, more than half the meter interval", took)
+	}
+	var ok, limited atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			switch status := call(i); status {
+			case 200:
+				ok.Add(1)
+			case 429:
+				limited.Add(1)
+			default:
+				t.Errorf("after Redis lost its keys: %d", status)
+			}
+		})
+	}
+	wg.Wait()
+	if ok.Load() != k-4 || limited.Load() != 4 {
+		t.Errorf("after Redis lost its keys: %d×200, %d×429; want %d×200 (the plan's %d less the 4 made)", ok.Load(), limited.Load(), k-4, k)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		n := getUsage(t, nodes[0], key).MonthCalls

@@ -377,9 +377,13 @@ var withBenchHeaders func(http.Handler, *slog.Logger) http.Handler
 // else in-process. Either seeds a month's count from the metered calls in
 // the store, so that a restart resets nobody's allowance.
 func newLimiter(ctx context.Context, cfg serveConfig, store coinpulse.Store, log *slog.Logger) (coinpulse.Limiter, func(), error) {
-	seed := func(ctx context.Context, account string, month time.Time) (int64, error) {
+	user := func(account string) (int64, bool) {
 		id, err := strconv.ParseInt(strings.TrimPrefix(account, "u"), 10, 64)
-		if err != nil || !strings.HasPrefix(account, "u") {
+		return id, err == nil && strings.HasPrefix(account, "u")
+	}
+	seed := func(ctx context.Context, account string, month time.Time) (int64, error) {
+		id, ok := user(account)
+		if !ok {
 			return 0, nil // sandbox accounts have no monthly allowance
 		}
 		return store.MonthCalls(ctx, id, month)
@@ -403,10 +407,19 @@ func newLimiter(ctx context.Context, cfg serveConfig, store coinpulse.Store, log
 	}
 	log.Info("rate limits in Redis", "addr", opts.Addr)
 	checkLimiter(ctx, store, fmt.Sprintf("redis %s db %d prefix %q", opts.Addr, opts.DB, cfg.redisPrefix), log)
-	// A seed of a month under way waits out one batch of every node's
-	// meter, and a margin for the write, so that no call is missed.
+	// A seed of a month under way, or of one seeded before, waits out one
+	// batch of every node's meter, and a margin for the write, so that no
+	// call is missed.
 	settle := cfg.meterInterval + 500*time.Millisecond
-	limiter := ratelimit.NewRedis(client, seed, ratelimit.WithPrefix(cfg.redisPrefix), ratelimit.WithSettle(settle))
+	seen := func(ctx context.Context, account string, month time.Time) (bool, error) {
+		id, ok := user(account)
+		if !ok {
+			return false, nil
+		}
+		return store.MarkMonth(ctx, id, month)
+	}
+	limiter := ratelimit.NewRedis(client, seed, ratelimit.WithPrefix(cfg.redisPrefix),
+		ratelimit.WithSettle(settle), ratelimit.WithSeen(seen))
 	return limiter, func() { limiter.Close(); client.Close() }, nil
 }
 
