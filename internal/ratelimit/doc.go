@@ -82,12 +82,13 @@
 // each call Seed, and the first seed written wins (it is written only
 // while the key is absent, so nothing is counted twice). On Redis a seed is
 // handed only to the calls that waited for it: a call of this process
-// that finds the key absent just after a seed was done runs again
+// that finds the key absent just after a seed was written runs again
 // without one, and seeds afresh if the key is still absent, so a count
 // Redis lost again is never replaced by an old seed. On Redis the Seed
 // of a month under way waits for the nodes' meters, then is read again (see
 // WithSettle): a month is under way when Seed counts calls, or when
-// Seen says it was seeded before (see WithSeen).
+// Seen says it was seeded before (see WithSeen). A count another node
+// writes meanwhile ends the wait, and is used.
 //
 // # Clocks
 //

@@ -86,6 +86,7 @@ type Redis struct {
 type Client interface {
 	redis.Scripter
 	Pipeline() redis.Pipeliner
+	Exists(ctx context.Context, keys ...string) *redis.IntCmd
 }
 
 // replyInts is the number of integers limit.lua answers a check with.
@@ -144,11 +145,14 @@ const (
 
 type redisSeed struct {
 	wait chan struct{} // closed when the seed is done, or failed
-	// done is set, under Redis.mu, when the seed has succeeded: its
-	// caller is about to write it.
+	// done is set, under Redis.mu, once the run that writes the seed
+	// has returned (see seedWritten).
 	done bool
 	n    int64
 	err  error
+	// found: another node wrote the month's count during the settle
+	// wait; the calls run again without a seed (see awaitSettle).
+	found bool
 }
 
 // Option configures a Redis limiter.
@@ -300,6 +304,11 @@ func (r *Redis) check(ctx context.Context, account string, l coinpulse.Limits, c
 	}
 	start, end := monthBounds(now)
 	seed, fresh := "", false
+	// sown is the seed this call ran, if any: once the run that writes it
+	// has returned, the calls that find the key absent run again rather
+	// than take it (see seedMonth).
+	var sown *redisSeed
+	defer func() { r.seedWritten(sown) }()
 	for attempt := 0; ; attempt++ {
 		if attempt == 4 {
 			return coinpulse.Verdict{}, fmt.Errorf("ratelimit: %s: the month keeps changing under the check", account)
@@ -309,6 +318,8 @@ func (r *Redis) check(ctx context.Context, account string, l coinpulse.Limits, c
 		c.params = params{start.UnixMicro(), end.UnixMicro(), sec.t / unit, sec.tau / unit, minute.t / unit, minute.tau / unit, l.Monthly}
 		res, err := r.run(ctx, c, account)
 		callPool.Put(c) // run returns once nothing else holds c
+		r.seedWritten(sown)
+		sown = nil
 		if err != nil {
 			return coinpulse.Verdict{}, fmt.Errorf("ratelimit: redis: %w", err)
 		}
@@ -320,7 +331,7 @@ func (r *Redis) check(ctx context.Context, account string, l coinpulse.Limits, c
 			seed = ""
 			continue
 		case len(res) == replyInts && res[0] == -1: // no state for this month yet
-			n, written, err := r.seedMonth(ctx, account, start, fresh)
+			n, written, own, err := r.seedMonth(ctx, account, start, fresh)
 			if err != nil {
 				return coinpulse.Verdict{}, err
 			}
@@ -331,7 +342,7 @@ func (r *Redis) check(ctx context.Context, account string, l coinpulse.Limits, c
 				fresh, seed = true, ""
 				continue
 			}
-			seed = strconv.FormatInt(n, 10)
+			seed, sown = strconv.FormatInt(n, 10), own
 			continue
 		case len(res) != replyInts:
 			return coinpulse.Verdict{}, fmt.Errorf("ratelimit: redis: unexpected reply %v", res)
@@ -371,16 +382,30 @@ const seedTimeout = 10 * time.Second
 // runs apart from the context of the call that started it: a client
 // hanging up must not end the seed every other call waits for, nor let
 // them seed without the settle wait. A waiter whose seeder failed seeds
-// again itself, the same way, once. written reports a seed that was done
-// when this call asked, less than seedRecent before, and not fresh: the
-// caller runs again without a seed rather than use n.
-func (r *Redis) seedMonth(ctx context.Context, account string, start time.Time, fresh bool) (n int64, written bool, err error) {
+// again itself, the same way, once. written reports that the month's
+// count is most likely in Redis already, and the caller runs again
+// without a seed rather than use n: the run that wrote a seed had
+// returned when this call asked, less than seedRecent before, and fresh
+// is false; or another node wrote the count during the settle wait. own
+// is the seed when this call ran it: the caller passes it to seedWritten
+// once its run with n has returned.
+func (r *Redis) seedMonth(ctx context.Context, account string, start time.Time, fresh bool) (n int64, written bool, own *redisSeed, err error) {
 	return r.seedMonthTry(ctx, account, start, fresh, true)
 }
 
-func (r *Redis) seedMonthTry(ctx context.Context, account string, start time.Time, fresh, retry bool) (int64, bool, error) {
+// seedWritten records that the run writing c's seed has returned (c nil:
+// nothing to record).
+func (r *Redis) seedWritten(c *redisSeed) {
+	if c != nil {
+		r.mu.Lock()
+		c.done = true
+		r.mu.Unlock()
+	}
+}
+
+func (r *Redis) seedMonthTry(ctx context.Context, account string, start time.Time, fresh, retry bool) (int64, bool, *redisSeed, error) {
 	if r.seed == nil {
-		return 0, false, nil
+		return 0, false, nil, nil
 	}
 	key := start.Format("200601") + ":" + account
 	r.mu.Lock()
@@ -388,7 +413,7 @@ func (r *Redis) seedMonthTry(ctx context.Context, account string, start time.Tim
 	if c != nil && c.done {
 		if !fresh {
 			r.mu.Unlock()
-			return 0, true, nil
+			return 0, true, nil, nil
 		}
 		c = nil // seed afresh, in place of that one
 	}
@@ -397,13 +422,13 @@ func (r *Redis) seedMonthTry(ctx context.Context, account string, start time.Tim
 		select {
 		case <-c.wait:
 		case <-ctx.Done():
-			return 0, false, ctx.Err()
+			return 0, false, nil, ctx.Err()
 		}
 		if c.err == nil {
-			return c.n, false, nil
+			return c.n, c.found, nil, nil
 		}
 		if err := ctx.Err(); err != nil || !retry {
-			return 0, false, cmp.Or(err, c.err)
+			return 0, false, nil, cmp.Or(err, c.err)
 		}
 		return r.seedMonthTry(ctx, account, start, fresh, false)
 	}
@@ -421,9 +446,9 @@ func (r *Redis) seedMonthTry(ctx context.Context, account string, start time.Tim
 		// A success is kept a little while for the calls whose run came
 		// before the seed was written; a failure is not.
 		if c.err == nil {
-			r.mu.Lock()
-			c.done = true
-			r.mu.Unlock()
+			if c.found {
+				r.seedWritten(c)
+			}
 			time.AfterFunc(seedRecent, forget)
 		} else {
 			forget()
@@ -440,11 +465,39 @@ func (r *Redis) seedMonthTry(ctx context.Context, account string, start time.Tim
 			again, c.err = r.seen(sctx, account, start)
 		}
 		if c.err == nil && again {
-			time.Sleep(r.settle)
-			c.n, c.err = r.seed(sctx, account, start)
+			if c.found = r.awaitSettle(sctx, r.keys(account, start).keys[2]); !c.found {
+				c.n, c.err = r.seed(sctx, account, start)
+			}
 		}
 	}
-	return c.n, false, c.err
+	if c.err != nil || c.found {
+		return 0, c.found, nil, c.err
+	}
+	return c.n, false, c, nil
+}
+
+// settlePoll is how often a settle wait looks for a count another node
+// wrote.
+const settlePoll = 50 * time.Millisecond
+
+// awaitSettle waits out the settle, and reports whether monthKey was
+// written meanwhile, looking every settlePoll. A count another node
+// wrote is as good as this node's seed would be: that node waited too,
+// or its seed was the month's first (Seen had no mark). So the nodes that
+// seed a new month at the same instant, all but one of which Seen tells
+// it was seeded before, wait for the first one's count, not the settle.
+func (r *Redis) awaitSettle(ctx context.Context, monthKey string) bool {
+	end := time.Now().Add(r.settle)
+	for {
+		wait := min(settlePoll, time.Until(end))
+		if wait <= 0 {
+			return false
+		}
+		time.Sleep(wait)
+		if n, err := r.client.Exists(ctx, monthKey).Result(); err == nil && n > 0 {
+			return true
+		}
+	}
 }
 
 // refundScript gives back an admitted call: each rolling window's TAT

@@ -308,6 +308,48 @@ func TestRedisSettlesAMonthSeenBefore(t *testing.T) {
 	}
 }
 
+// Nodes seeding an account's new month at the same instant: all but the
+// first find the month marked, and wait for the settle. A count the first
+// one writes meanwhile ends their wait: they use it, and do not read the
+// database again.
+func TestRedisSettleEndsWhenAnotherNodeSeeds(t *testing.T) {
+	c := newTestClient(t)
+	prefix := testPrefix(t)
+	const settle = 3 * time.Second
+	var reads atomic.Int64
+	seed := func(context.Context, string, time.Time) (int64, error) {
+		reads.Add(1)
+		return 0, nil
+	}
+	marked := func(context.Context, string, time.Time) (bool, error) { return true, nil }
+	late := NewRedis(c, seed, WithPrefix(prefix), WithSettle(settle), WithSeen(marked))
+	first := NewRedis(c, nil, WithPrefix(prefix))
+	limits := coinpulse.Limits{PerSecond: 100, PerMinute: 1000, Monthly: 10}
+
+	done := make(chan coinpulse.Verdict, 1)
+	go func() {
+		v, err := late.Allow(context.Background(), "acct", limits)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- v
+	}()
+	for reads.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	// The late node has read 0 and found the month marked: it waits.
+	if v, err := first.Allow(context.Background(), "acct", limits); err != nil || !v.Allowed || v.Windows[2].Remaining != 9 {
+		t.Fatalf("the first node's call: %+v, %v; want admitted with 9 left", v, err)
+	}
+	v := <-done
+	if !v.Allowed || v.Windows[2].Remaining != 8 {
+		t.Errorf("the late node's call: %+v; want admitted with 8 left (counted on the first node's seed)", v)
+	}
+	if n := reads.Load(); n != 1 {
+		t.Errorf("the late node read the database %d times, want once (the first node's count ended its wait)", n)
+	}
+}
+
 // monthCounts makes n concurrent calls of account, each of which must be
 // admitted, and returns the month counts they saw, in order.
 func monthCounts(t *testing.T, lim *Redis, account string, limits coinpulse.Limits, n int) []int64 {
