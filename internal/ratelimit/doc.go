@@ -80,15 +80,16 @@
 // Within one process the calls that need the same seed at the same time
 // share one Seed call; on Redis, nodes that seed the same month at once
 // each call Seed, and the first seed written wins (it is written only
-// while the key is absent, so nothing is counted twice). On Redis a seed is
-// handed only to the calls that waited for it: a call of this process
-// that finds the key absent just after a seed was written runs again
-// without one, and seeds afresh if the key is still absent, so a count
-// Redis lost again is never replaced by an old seed. On Redis the Seed
-// of a month under way waits for the nodes' meters, then is read again (see
-// WithSettle): a month is under way when Seed counts calls, or when
-// Seen says it was seeded before (see WithSeen). A count another node
-// writes meanwhile ends the wait, and is used.
+// while the key is absent, so nothing is counted twice). On Redis only
+// the call that ran a seed writes it, in one run: the calls that waited
+// for it, or find the key absent just after, wait for that run and run
+// again without a seed, and seed anew if the key is still absent; so a
+// count Redis lost again is not replaced by an old seed. On Redis the
+// Seed of a month under way waits for the nodes' meters, then is read
+// again (see WithSettle): a month is under way when Seed counts calls,
+// or when Seen says it was seeded before (see WithSeen). When Seed counts
+// none, a count another node writes meanwhile ends the wait, and is
+// used.
 //
 // # Clocks
 //

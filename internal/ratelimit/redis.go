@@ -144,12 +144,14 @@ const (
 )
 
 type redisSeed struct {
-	wait chan struct{} // closed when the seed is done, or failed
-	// done is set, under Redis.mu, once the run that writes the seed
-	// has returned (see seedWritten).
-	done bool
-	n    int64
-	err  error
+	wait chan struct{} // closed when Seed (and the settle) is over, or failed
+	// written is closed once the run that writes the seed has returned,
+	// or when there is nothing to write; done says it is, under Redis.mu
+	// (see seedWritten).
+	written chan struct{}
+	done    bool
+	n       int64
+	err     error
 	// found: another node wrote the month's count during the settle
 	// wait; the calls run again without a seed (see awaitSettle).
 	found bool
@@ -174,7 +176,8 @@ func WithPrefix(prefix string) Option {
 // and a margin. The account's calls wait for the seed meanwhile, on every
 // node, so none is admitted on a short count. A month with no call
 // written yet is seeded at once, unless WithSeen says it was seeded
-// before.
+// before; such a month's wait ends early when another node writes its
+// count (see awaitSettle).
 func WithSettle(d time.Duration) Option {
 	return func(r *Redis) { r.settle = d }
 }
@@ -328,7 +331,7 @@ func (r *Redis) check(ctx context.Context, account string, l coinpulse.Limits, c
 			return coinpulse.Verdict{}, errLateRun
 		case len(res) == replyInts && res[0] == -2: // another month on the server's clock
 			start, end = monthBounds(time.UnixMicro(res[1]))
-			seed = ""
+			seed, fresh = "", false
 			continue
 		case len(res) == replyInts && res[0] == -1: // no state for this month yet
 			n, written, own, err := r.seedMonth(ctx, account, start, fresh)
@@ -367,11 +370,10 @@ func (r *Redis) check(ctx context.Context, account string, l coinpulse.Limits, c
 	}
 }
 
-// seedRecent is how long after a seed the calls of this process that
-// find the month key absent run again before they seed: their run most
-// likely came before the seed was written. A seed that is done is never
-// handed on to be written: the key may have vanished since, with calls
-// counted on it.
+// seedRecent is how long after a seed is over the calls of this process
+// that find the month key absent wait for the seeder's run and run again,
+// rather than seed: their run most likely came before the seed was
+// written.
 const seedRecent = time.Second
 
 // seedTimeout bounds a seed's database reads, beyond the settle wait.
@@ -381,14 +383,18 @@ const seedTimeout = 10 * time.Second
 // other calls of this process that want the same seed meanwhile. The seed
 // runs apart from the context of the call that started it: a client
 // hanging up must not end the seed every other call waits for, nor let
-// them seed without the settle wait. A waiter whose seeder failed seeds
-// again itself, the same way, once. written reports that the month's
-// count is most likely in Redis already, and the caller runs again
-// without a seed rather than use n: the run that wrote a seed had
-// returned when this call asked, less than seedRecent before, and fresh
-// is false; or another node wrote the count during the settle wait. own
-// is the seed when this call ran it: the caller passes it to seedWritten
-// once its run with n has returned.
+// them seed without the settle wait. Only the call that ran the seed
+// writes it, in one run: own is the seed then, and the caller passes it
+// to seedWritten once that run has returned. Every other call that finds
+// the seed under way, or over less than seedRecent before, waits for
+// that run and gets written: the month's count is most likely in Redis
+// now, and the caller runs again without a seed. So no seed is written
+// after the key could have vanished again with calls counted on it. A
+// caller whose run without a seed still finds the key absent asks again
+// with fresh, which seeds anew in place of a seed already written.
+// written is also reported when another node wrote the count during the
+// settle wait. A waiter whose seeder failed seeds again itself, the same
+// way, once.
 func (r *Redis) seedMonth(ctx context.Context, account string, start time.Time, fresh bool) (n int64, written bool, own *redisSeed, err error) {
 	return r.seedMonthTry(ctx, account, start, fresh, true)
 }
@@ -396,11 +402,15 @@ func (r *Redis) seedMonth(ctx context.Context, account string, start time.Time, 
 // seedWritten records that the run writing c's seed has returned (c nil:
 // nothing to record).
 func (r *Redis) seedWritten(c *redisSeed) {
-	if c != nil {
-		r.mu.Lock()
-		c.done = true
-		r.mu.Unlock()
+	if c == nil {
+		return
 	}
+	r.mu.Lock()
+	if !c.done {
+		c.done = true
+		close(c.written)
+	}
+	r.mu.Unlock()
 }
 
 func (r *Redis) seedMonthTry(ctx context.Context, account string, start time.Time, fresh, retry bool) (int64, bool, *redisSeed, error) {
@@ -410,12 +420,8 @@ func (r *Redis) seedMonthTry(ctx context.Context, account string, start time.Tim
 	key := start.Format("200601") + ":" + account
 	r.mu.Lock()
 	c := r.seeding[key]
-	if c != nil && c.done {
-		if !fresh {
-			r.mu.Unlock()
-			return 0, true, nil, nil
-		}
-		c = nil // seed afresh, in place of that one
+	if c != nil && c.done && fresh {
+		c = nil // the key vanished after that seed was written: seed anew
 	}
 	if c != nil {
 		r.mu.Unlock()
@@ -424,15 +430,20 @@ func (r *Redis) seedMonthTry(ctx context.Context, account string, start time.Tim
 		case <-ctx.Done():
 			return 0, false, nil, ctx.Err()
 		}
-		if c.err == nil {
-			return c.n, c.found, nil, nil
+		if c.err != nil {
+			if err := ctx.Err(); err != nil || !retry {
+				return 0, false, nil, cmp.Or(err, c.err)
+			}
+			return r.seedMonthTry(ctx, account, start, fresh, false)
 		}
-		if err := ctx.Err(); err != nil || !retry {
-			return 0, false, nil, cmp.Or(err, c.err)
+		select {
+		case <-c.written:
+		case <-ctx.Done():
+			return 0, false, nil, ctx.Err()
 		}
-		return r.seedMonthTry(ctx, account, start, fresh, false)
+		return 0, true, nil, nil
 	}
-	c = &redisSeed{wait: make(chan struct{})}
+	c = &redisSeed{wait: make(chan struct{}), written: make(chan struct{})}
 	r.seeding[key] = c
 	r.mu.Unlock()
 	forget := func() {
@@ -442,9 +453,14 @@ func (r *Redis) seedMonthTry(ctx context.Context, account string, start time.Tim
 		}
 		r.mu.Unlock()
 	}
+	over := false // Seed, Seen and the settle returned: no panic
 	defer func() {
+		if !over {
+			c.err = errSeedPanicked
+		}
 		// A success is kept a little while for the calls whose run came
-		// before the seed was written; a failure is not.
+		// before the seed was written; a failure is not, and has nothing
+		// to write.
 		if c.err == nil {
 			if c.found {
 				r.seedWritten(c)
@@ -452,49 +468,64 @@ func (r *Redis) seedMonthTry(ctx context.Context, account string, start time.Tim
 			time.AfterFunc(seedRecent, forget)
 		} else {
 			forget()
+			r.seedWritten(c)
 		}
 		close(c.wait)
 	}()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.settle+seedTimeout)
 	defer cancel()
-	c.err = errSeedPanicked // until Seed returns
-	c.n, c.err = r.seed(sctx, account, start)
-	if c.err == nil && r.settle > 0 {
-		again := c.n > 0
+	n, err := r.seed(sctx, account, start)
+	found := false
+	if err == nil && r.settle > 0 {
+		again := n > 0
 		if !again && r.seen != nil {
-			again, c.err = r.seen(sctx, account, start)
+			again, err = r.seen(sctx, account, start)
 		}
-		if c.err == nil && again {
-			if c.found = r.awaitSettle(sctx, r.keys(account, start).keys[2]); !c.found {
-				c.n, c.err = r.seed(sctx, account, start)
+		if err == nil && again {
+			// A month Seen marked with no call written is most likely one
+			// another node is seeding at this instant: look for its count.
+			if found = r.awaitSettle(sctx, r.keys(account, start).keys[2], n == 0); !found {
+				n, err = r.seed(sctx, account, start)
 			}
 		}
 	}
-	if c.err != nil || c.found {
-		return 0, c.found, nil, c.err
+	c.n, c.found, c.err = n, found, err
+	over = true
+	if err != nil || found {
+		return 0, found, nil, err
 	}
-	return c.n, false, c, nil
+	return n, false, c, nil
 }
 
 // settlePoll is how often a settle wait looks for a count another node
 // wrote.
 const settlePoll = 50 * time.Millisecond
 
-// awaitSettle waits out the settle, and reports whether monthKey was
-// written meanwhile, looking every settlePoll. A count another node
-// wrote is as good as this node's seed would be: that node waited too,
-// or its seed was the month's first (Seen had no mark). So the nodes that
-// seed a new month at the same instant, all but one of which Seen tells
-// it was seeded before, wait for the first one's count, not the settle.
-func (r *Redis) awaitSettle(ctx context.Context, monthKey string) bool {
+// awaitSettle waits out the settle and reports whether monthKey was
+// written meanwhile, looking every settlePoll when look is set, else not
+// at all. A count another node wrote is as good as this node's seed
+// would be: that node waited too, or its seed was the month's first
+// (Seen had no mark). So the nodes that seed an account's new month at
+// the same instant, all but the first of which Seen tells it was seeded
+// before, wait for the first one's count, not the settle. A month with
+// calls written does not look: after a Redis restart most accounts are
+// in that case, and their looks together would flood Redis.
+func (r *Redis) awaitSettle(ctx context.Context, monthKey string, look bool) bool {
 	end := time.Now().Add(r.settle)
+	if !look {
+		time.Sleep(r.settle)
+		return false
+	}
 	for {
 		wait := min(settlePoll, time.Until(end))
 		if wait <= 0 {
 			return false
 		}
 		time.Sleep(wait)
-		if n, err := r.client.Exists(ctx, monthKey).Result(); err == nil && n > 0 {
+		lctx, cancel := context.WithDeadline(ctx, end)
+		n, err := r.client.Exists(lctx, monthKey).Result()
+		cancel()
+		if err == nil && n > 0 {
 			return true
 		}
 	}

@@ -299,7 +299,6 @@ func TestRedisSettlesAMonthSeenBefore(t *testing.T) {
 	mu.Lock()
 	seenErr = errors.New("database down")
 	mu.Unlock()
-	time.Sleep(seedRecent) // the last seed is no longer handed on
 	if _, err := lim.Allow(context.Background(), "other", limits); err == nil || !strings.Contains(err.Error(), "database down") {
 		t.Errorf("Allow with Seen failing: %v, want its error", err)
 	}
@@ -347,6 +346,147 @@ func TestRedisSettleEndsWhenAnotherNodeSeeds(t *testing.T) {
 	}
 	if n := reads.Load(); n != 1 {
 		t.Errorf("the late node read the database %d times, want once (the first node's count ended its wait)", n)
+	}
+}
+
+// lossClient runs onExec after each pipeline a Redis limiter sends.
+type lossClient struct {
+	*redis.Client
+	onExec func()
+}
+
+type lossPipe struct {
+	redis.Pipeliner
+	onExec func()
+}
+
+func (c *lossClient) Pipeline() redis.Pipeliner { return &lossPipe{c.Client.Pipeline(), c.onExec} }
+
+func (p *lossPipe) Exec(ctx context.Context) ([]redis.Cmder, error) {
+	cmds, err := p.Pipeliner.Exec(ctx)
+	p.onExec()
+	return cmds, err
+}
+
+// Only the call that ran a seed writes it. The calls that waited for it,
+// more than one trip to Redis holds, do not carry it in their own runs: a
+// key Redis loses again between two of those trips, with calls counted on
+// it, is seeded anew, not rewritten from the old seed.
+func TestRedisWaitersDoNotWriteTheSeed(t *testing.T) {
+	base := newTestClient(t)
+	prefix := testPrefix(t)
+	month := coinpulse.MonthStart(time.Now())
+	moKey := prefix + "{acct}:mo:" + month.Format("200601")
+	var armed atomic.Bool
+	var lostAt atomic.Int64 // the count Redis lost
+	c := &lossClient{Client: base}
+	c.onExec = func() {
+		if armed.Load() {
+			if n, _ := base.Get(context.Background(), moKey).Int64(); n > 0 {
+				armed.Store(false)
+				lostAt.Store(n)
+				base.Del(context.Background(), moKey)
+			}
+		}
+	}
+	release := make(chan struct{})
+	var reads atomic.Int64
+	seed := func(context.Context, string, time.Time) (int64, error) {
+		if reads.Add(1) == 1 {
+			<-release
+			armed.Store(true)
+			return 0, nil
+		}
+		return lostAt.Load(), nil // the meters wrote the calls Redis lost
+	}
+	var marks atomic.Int64
+	seen := func(context.Context, string, time.Time) (bool, error) { return marks.Add(1) > 1, nil }
+	lim := NewRedis(c, seed, WithPrefix(prefix), WithSettle(100*time.Millisecond), WithSeen(seen))
+	limits := coinpulse.Limits{Monthly: 100_000}
+	const n = 3 * maxBatch / 2 // the waiters take two trips
+	var wg sync.WaitGroup
+	var admitted atomic.Int64
+	for range n {
+		wg.Go(func() {
+			v, err := lim.Allow(context.Background(), "acct", limits)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if v.Allowed {
+				admitted.Add(1)
+			}
+		})
+	}
+	for reads.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // the other calls wait for the seed
+	close(release)
+	wg.Wait()
+	if lostAt.Load() == 0 {
+		t.Fatal("the month key was never lost")
+	}
+	final, err := base.Get(context.Background(), moKey).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final != admitted.Load() || admitted.Load() != n {
+		t.Errorf("Redis lost a count of %d; after the calls it holds %d, for %d admitted of %d (want all, each counted once)",
+			lostAt.Load(), final, admitted.Load(), n)
+	}
+}
+
+// A Seen or a second Seed that panics fails the seed: its waiters seed
+// again themselves, with the settle, rather than take the first read.
+func TestRedisSeedThatPanicsIsNotHandedOn(t *testing.T) {
+	c := newTestClient(t)
+	prefix := testPrefix(t)
+	release := make(chan struct{})
+	var reads, marks atomic.Int64
+	seed := func(context.Context, string, time.Time) (int64, error) {
+		switch reads.Add(1) {
+		case 1:
+			<-release
+			return 0, nil
+		case 2:
+			return 0, nil // the waiter's own first read
+		}
+		return 3, nil // after its settle: the meters wrote 3 calls
+	}
+	seen := func(context.Context, string, time.Time) (bool, error) {
+		if marks.Add(1) == 1 {
+			panic("driver bug")
+		}
+		return true, nil
+	}
+	lim := NewRedis(c, seed, WithPrefix(prefix), WithSettle(100*time.Millisecond), WithSeen(seen))
+	limits := coinpulse.Limits{PerSecond: 100, PerMinute: 1000, Monthly: 10}
+	seeder := make(chan any, 1)
+	go func() {
+		defer func() { seeder <- recover() }()
+		lim.Allow(context.Background(), "acct", limits)
+	}()
+	for reads.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	type result struct {
+		v   coinpulse.Verdict
+		err error
+	}
+	waiter := make(chan result, 1)
+	go func() {
+		v, err := lim.Allow(context.Background(), "acct", limits)
+		waiter <- result{v, err}
+	}()
+	time.Sleep(50 * time.Millisecond) // the waiter waits for the seed
+	close(release)
+	if p := <-seeder; p == nil {
+		t.Error("the seeder's Allow did not panic")
+	}
+	w := <-waiter
+	if w.err != nil || !w.v.Allowed || w.v.Windows[2].Remaining != 6 {
+		t.Errorf("the waiter: %+v, %v; want admitted with 6 left (seeded with the 3 calls read after its own settle)", w.v, w.err)
 	}
 }
 
