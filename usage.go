@@ -85,8 +85,8 @@ type UsageStore interface {
 	// calendar month starting at monthStart, and reports whether it had
 	// been recorded before: a month seeded again (Redis lost its count)
 	// may have calls the meters have not written yet, even when
-	// MonthCalls says none. Marks of the user's earlier months are
-	// removed.
+	// MonthCalls says none. Marks of the user's months before the
+	// previous one are removed.
 	MarkMonth(ctx context.Context, userID int64, monthStart time.Time) (before bool, err error)
 	// Usage returns the user's usage as of now, read in one snapshot: no
 	// batch of RecordCalls counts in some of its figures and not others.
