@@ -313,8 +313,8 @@ func (r *Redis) check(ctx context.Context, account string, l coinpulse.Limits, c
 	var sown *redisSeed
 	defer func() { r.seedWritten(sown) }()
 	for attempt := 0; ; attempt++ {
-		if attempt == 4 {
-			return coinpulse.Verdict{}, fmt.Errorf("ratelimit: %s: the month keeps changing under the check", account)
+		if attempt == maxRuns {
+			return coinpulse.Verdict{}, errNoVerdict(account)
 		}
 		c := callPool.Get().(*scriptCall)
 		c.now, c.keys, c.mode, c.seed = nowArg, r.keys(account, start), mode, seed
@@ -334,6 +334,9 @@ func (r *Redis) check(ctx context.Context, account string, l coinpulse.Limits, c
 			seed, fresh = "", false
 			continue
 		case len(res) == replyInts && res[0] == -1: // no state for this month yet
+			if attempt == maxRuns-1 {
+				return coinpulse.Verdict{}, errNoVerdict(account) // no run left for a seed
+			}
 			n, written, own, err := r.seedMonth(ctx, account, start, fresh)
 			if err != nil {
 				return coinpulse.Verdict{}, err
@@ -368,6 +371,18 @@ func (r *Redis) check(ctx context.Context, account string, l coinpulse.Limits, c
 		}
 		return rs.verdict(), nil
 	}
+}
+
+// maxRuns bounds the script runs of one check. One that has no state
+// for its month takes two (the answer -1, then the run with a seed), or
+// three when another call's seed was written meanwhile and then lost; a
+// correction of the month (-2) adds one.
+const maxRuns = 5
+
+// errNoVerdict is a check's error when maxRuns runs gave no verdict: the
+// month kept changing, or its count kept vanishing from Redis.
+func errNoVerdict(account string) error {
+	return fmt.Errorf("ratelimit: %s: no verdict after %d runs: the month changed, or Redis lost its count, again and again", account, maxRuns)
 }
 
 // seedRecent is how long after a seed is over the calls of this process
@@ -513,7 +528,7 @@ const settlePoll = 50 * time.Millisecond
 func (r *Redis) awaitSettle(ctx context.Context, monthKey string, look bool) bool {
 	end := time.Now().Add(r.settle)
 	if !look {
-		time.Sleep(r.settle)
+		time.Sleep(r.settle) // ctx outlasts the settle: it needs no watching
 		return false
 	}
 	for {
