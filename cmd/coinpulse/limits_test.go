@@ -223,19 +223,7 @@ func TestLimitsExactAcrossTwoNodes(t *testing.T) {
 	// A Redis that lost its data (a restart: this one keeps nothing on
 	// disk) resets nobody's allowance: the month is seeded again from the
 	// calls metered in the database.
-	opts, err := redis.ParseURL(redisURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
-	keys, err := rdb.Keys(context.Background(), prefix+"*").Result()
-	if err != nil || len(keys) == 0 {
-		t.Fatalf("limiter keys under %s: %v, %v", prefix, keys, err)
-	}
-	if err := rdb.Del(context.Background(), keys...).Err(); err != nil {
-		t.Fatal(err)
-	}
+	loseLimiterKeys(t, redisURL, prefix)
 	for _, n := range nodes {
 		if status, err := n.status(key, "/api/v1/markets/global"); err != nil || status != 429 {
 			t.Errorf("after Redis lost its keys: %d, %v; want 429 (the allowance was used up)", status, err)
@@ -250,22 +238,8 @@ func TestLimitsExactAcrossTwoNodes(t *testing.T) {
 // admitted but have not written gives nobody a call more than the plan:
 // the month is seeded again once the meters have written them.
 func TestRedisLossBeforeTheMetersWrote(t *testing.T) {
-	redisURL := ratelimit.RedisURL(t)
-	db := postgresSchema(t)
 	const k = 8
-	prefix := fmt.Sprintf("cp:test:%d:", time.Now().UnixNano())
-	key := premiumKey(t, db)
-	// The longest batch interval: the calls below are still in the meters
-	// when Redis loses them.
-	args := []string{"--db", db, "--plans", plansFile(t, k), "--redis", redisURL, "--redis-prefix", prefix, "--meter-interval", "1s"}
-	nodes := []*proc{startProc(t, args...), startProc(t, args...)}
-	call := func(n int) int {
-		status, err := nodes[n%2].status(key, "/api/v1/markets/global")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return status
-	}
+	redisURL, prefix, key, nodes, call := twoRedisNodes(t, k)
 	// The first call seeds the month (nothing written yet: at once). Once
 	// it is written, four more calls on both nodes: Redis then loses a
 	// month the database has calls of (TestRedisLossInTheMonthsFirstSecond
@@ -283,47 +257,9 @@ func TestRedisLossBeforeTheMetersWrote(t *testing.T) {
 			t.Fatalf("call %d: %d", i+2, status)
 		}
 	}
-	opts, err := redis.ParseURL(redisURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
-	keys, err := rdb.Keys(context.Background(), prefix+"*").Result()
-	if err != nil || len(keys) == 0 {
-		t.Fatalf("limiter keys under %s: %v, %v", prefix, keys, err)
-	}
-	if err := rdb.Del(context.Background(), keys...).Err(); err != nil {
-		t.Fatal(err)
-	}
+	loseLimiterKeys(t, redisURL, prefix)
 	// 1 + 4 calls made: 3 left, whichever node is asked.
-	var ok, limited atomic.Int64
-	var wg sync.WaitGroup
-	for i := range 8 {
-		wg.Go(func() {
-			switch status := call(i); status {
-			case 200:
-				ok.Add(1)
-			case 429:
-				limited.Add(1)
-			default:
-				t.Errorf("after Redis lost its keys: %d", status)
-			}
-		})
-	}
-	wg.Wait()
-	if ok.Load() != k-5 || limited.Load() != 5 {
-		t.Errorf("after Redis lost its keys: %d×200, %d×429; want %d×200 (the plan's %d less the 5 made)", ok.Load(), limited.Load(), k-5, k)
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		n := getUsage(t, nodes[0], key).MonthCalls
-		if n == k {
-			break
-		}
-		if n > k || time.Now().After(deadline) {
-			t.Fatalf("month_calls %d, want the plan's %d", n, k)
-		}
-	}
+	burstAfterLoss(t, nodes, key, k, 5)
 	for _, n := range nodes {
 		n.term(t)
 	}
@@ -335,26 +271,8 @@ func TestRedisLossBeforeTheMetersWrote(t *testing.T) {
 // plan either: the database remembers that the month was seeded, so it is
 // seeded again once the meters have written.
 func TestRedisLossInTheMonthsFirstSecond(t *testing.T) {
-	redisURL := ratelimit.RedisURL(t)
-	db := postgresSchema(t)
 	const k = 8
-	prefix := fmt.Sprintf("cp:test:%d:", time.Now().UnixNano())
-	key := premiumKey(t, db)
-	args := []string{"--db", db, "--plans", plansFile(t, k), "--redis", redisURL, "--redis-prefix", prefix, "--meter-interval", "1s"}
-	nodes := []*proc{startProc(t, args...), startProc(t, args...)}
-	call := func(n int) int {
-		status, err := nodes[n%2].status(key, "/api/v1/markets/global")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return status
-	}
-	opts, err := redis.ParseURL(redisURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
+	redisURL, prefix, key, nodes, call := twoRedisNodes(t, k)
 	// The month's first four calls, on both nodes, then at once (well
 	// within a meter interval and seedRecent) Redis loses them.
 	start := time.Now()
@@ -363,6 +281,48 @@ func TestRedisLossInTheMonthsFirstSecond(t *testing.T) {
 			t.Fatalf("call %d: %d", i+1, status)
 		}
 	}
+	loseLimiterKeys(t, redisURL, prefix)
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Logf("the four calls and the loss took %v, more than half the meter interval", took)
+	}
+	burstAfterLoss(t, nodes, key, k, 4)
+	for _, n := range nodes {
+		n.term(t)
+	}
+}
+
+// twoRedisNodes starts two serve processes on one new PostgreSQL schema
+// and one Redis prefix, with a premium key whose plan allows k calls a
+// month, and the longest batch interval (1 s), so that calls are still in
+// the meters when a test has Redis lose them. call(i) makes a call on
+// node i%2 and returns its status.
+func twoRedisNodes(t *testing.T, k int) (redisURL, prefix, key string, nodes []*proc, call func(i int) int) {
+	redisURL = ratelimit.RedisURL(t)
+	db := postgresSchema(t)
+	prefix = fmt.Sprintf("cp:test:%d:", time.Now().UnixNano())
+	key = premiumKey(t, db)
+	args := []string{"--db", db, "--plans", plansFile(t, k), "--redis", redisURL, "--redis-prefix", prefix, "--meter-interval", "1s"}
+	nodes = []*proc{startProc(t, args...), startProc(t, args...)}
+	call = func(i int) int {
+		status, err := nodes[i%2].status(key, "/api/v1/markets/global")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return status
+	}
+	return redisURL, prefix, key, nodes, call
+}
+
+// loseLimiterKeys deletes every limiter key under prefix, as a Redis that
+// lost its data would have none.
+func loseLimiterKeys(t *testing.T, redisURL, prefix string) {
+	t.Helper()
+	opts, err := redis.ParseURL(redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
 	keys, err := rdb.Keys(context.Background(), prefix+"*").Result()
 	if err != nil || len(keys) == 0 {
 		t.Fatalf("limiter keys under %s: %v, %v", prefix, keys, err)
@@ -370,17 +330,24 @@ func TestRedisLossInTheMonthsFirstSecond(t *testing.T) {
 	if err := rdb.Del(context.Background(), keys...).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(start); took > 500*time.Millisecond {
-		t.Logf("the four calls and the loss took %v, more than half the meter interval", took)
-	}
+}
+
+// burstAfterLoss makes k concurrent calls of key, alternating between the
+// nodes, after Redis lost the limiter's keys with made of the plan's k
+// calls made: exactly k-made must be admitted, and month_calls must end
+// at k.
+func burstAfterLoss(t *testing.T, nodes []*proc, key string, k, made int) {
+	t.Helper()
 	var ok, limited atomic.Int64
 	var wg sync.WaitGroup
-	for i := range 8 {
+	for i := range k {
 		wg.Go(func() {
-			switch status := call(i); status {
-			case 200:
+			switch status, err := nodes[i%len(nodes)].status(key, "/api/v1/markets/global"); {
+			case err != nil:
+				t.Error(err)
+			case status == 200:
 				ok.Add(1)
-			case 429:
+			case status == 429:
 				limited.Add(1)
 			default:
 				t.Errorf("after Redis lost its keys: %d", status)
@@ -388,20 +355,17 @@ func TestRedisLossInTheMonthsFirstSecond(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if ok.Load() != k-4 || limited.Load() != 4 {
-		t.Errorf("after Redis lost its keys: %d×200, %d×429; want %d×200 (the plan's %d less the 4 made)", ok.Load(), limited.Load(), k-4, k)
+	if ok.Load() != int64(k-made) || limited.Load() != int64(made) {
+		t.Errorf("after Redis lost its keys: %d×200, %d×429; want %d×200 (the plan's %d less the %d made)", ok.Load(), limited.Load(), k-made, k, made)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		n := getUsage(t, nodes[0], key).MonthCalls
-		if n == k {
+		if n == int64(k) {
 			break
 		}
-		if n > k || time.Now().After(deadline) {
+		if n > int64(k) || time.Now().After(deadline) {
 			t.Fatalf("month_calls %d, want the plan's %d", n, k)
 		}
-	}
-	for _, n := range nodes {
-		n.term(t)
 	}
 }
 
