@@ -342,9 +342,10 @@ func (r *Redis) check(ctx context.Context, account string, l coinpulse.Limits, c
 				return coinpulse.Verdict{}, err
 			}
 			if written {
-				// This process wrote a seed just now, most likely after
-				// this run: run again without one, and seed afresh if the
-				// key is still absent (Redis lost it again).
+				// A seed was written just now (by another call of this
+				// process, or by another node during the settle), most
+				// likely after this run: run again without one, and seed
+				// anew if the key is still absent (Redis lost it again).
 				fresh, seed = true, ""
 				continue
 			}
@@ -374,9 +375,9 @@ func (r *Redis) check(ctx context.Context, account string, l coinpulse.Limits, c
 }
 
 // maxRuns bounds the script runs of one check. One that has no state
-// for its month takes two (the answer -1, then the run with a seed), or
-// three when another call's seed was written meanwhile and then lost; a
-// correction of the month (-2) adds one.
+// for its month takes two (the answer -1, then a run with its own seed,
+// or without one once another call's seed is written), three when that
+// seed was lost again at once; a correction of the month (-2) adds one.
 const maxRuns = 5
 
 // errNoVerdict is a check's error when maxRuns runs gave no verdict: the
