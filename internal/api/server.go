@@ -36,6 +36,18 @@ type Config struct {
 	// BodyTimeout is the longest a client may take to send a request's
 	// body, from the start of the request (default DefaultBodyTimeout).
 	BodyTimeout time.Duration
+	// WriteTimeout is the longest a client may take to take in the next
+	// part of an answer (default DefaultWriteTimeout): an answer has
+	// WriteTimeout from its request's headers, renewed when it begins a
+	// second or more after the request did (a quarter of WriteTimeout, if
+	// that is less), and again for every 64 KiB
+	// (writeStep) past its first, so that a client that stops reading is
+	// cut off while a slow but steady one gets a large answer whole.
+	// The http.Server serving Handler must set the same WriteTimeout: it
+	// sets the deadline as each request's headers are read, the one an
+	// answer shorter than 64 KiB has. (net/http clears the deadline after
+	// each answer, and on a hijack: a WebSocket's upgrade.)
+	WriteTimeout time.Duration
 	// Limiter holds keyed calls to their plan's limits; nil turns rate
 	// limiting off.
 	Limiter coinpulse.Limiter
@@ -79,7 +91,9 @@ type Server struct {
 	maxBody int64
 	// bodyTimeout is Config.BodyTimeout.
 	bodyTimeout time.Duration
-	keys        *keyCache
+	// writeTimeout is Config.WriteTimeout.
+	writeTimeout time.Duration
+	keys         *keyCache
 	// unchecked holds the keys whose streams' last recheck the store
 	// failed; watchStreams tries them again.
 	unchecked keySet
@@ -163,7 +177,7 @@ var Prefixes = []string{"/api/v1", "/v1"}
 func New(cfg Config) *Server {
 	s := &Server{
 		store: cfg.Store, market: cfg.Market, clock: cfg.Clock, log: cfg.Log,
-		maxBody: cfg.MaxBody, bodyTimeout: cfg.BodyTimeout, mux: http.NewServeMux(),
+		maxBody: cfg.MaxBody, bodyTimeout: cfg.BodyTimeout, writeTimeout: cfg.WriteTimeout, mux: http.NewServeMux(),
 		limiter: cfg.Limiter, sandboxLimits: DefaultSandboxLimits, meterer: cfg.Meter,
 		alertIndex: cfg.AlertIndex, deliveries: cfg.Deliveries, webhookAllowPrivate: cfg.WebhookAllowPrivate,
 		resolver: cfg.Resolver, dashboard: cfg.Dashboard, stopping: make(chan struct{}),
@@ -187,6 +201,9 @@ func New(cfg Config) *Server {
 	}
 	if s.bodyTimeout <= 0 {
 		s.bodyTimeout = DefaultBodyTimeout
+	}
+	if s.writeTimeout <= 0 {
+		s.writeTimeout = DefaultWriteTimeout
 	}
 	ttl := cfg.KeyCacheTTL
 	if ttl <= 0 {
@@ -351,6 +368,13 @@ type exchange struct {
 	lookedAt time.Time
 	srv      *Server
 	req      *http.Request
+	// start is when the request reached the server's handler.
+	start time.Time
+	// writeTimeout is the server's (0: none; see Config.WriteTimeout),
+	// and unrenewed how many bytes of the answer were written since its
+	// write deadline was last set.
+	writeTimeout time.Duration
+	unrenewed    int
 }
 
 // looked records that s set the rate-limit headers for r, from a look at
@@ -392,7 +416,7 @@ func exchangeOf(w http.ResponseWriter) *exchange {
 
 func (e *exchange) WriteHeader(status int) {
 	if !e.wrote {
-		e.fresh()
+		e.begin()
 		e.status, e.wrote = status, true
 	}
 	e.ResponseWriter.WriteHeader(status)
@@ -400,10 +424,60 @@ func (e *exchange) WriteHeader(status int) {
 
 func (e *exchange) Write(b []byte) (int, error) {
 	if !e.wrote {
-		e.fresh() // the answer begins here: an implicit 200
+		e.begin() // the answer begins here: an implicit 200
 	}
 	e.wrote = true
-	return e.ResponseWriter.Write(b)
+	if e.writeTimeout <= 0 || e.unrenewed+len(b) <= writeStep {
+		e.unrenewed += len(b)
+		return e.ResponseWriter.Write(b)
+	}
+	return e.writePaced(b)
+}
+
+// DefaultWriteTimeout is how long, by default, an answer may wait for its
+// client to take in its next part (see Config.WriteTimeout).
+const DefaultWriteTimeout = 30 * time.Second
+
+// writeStep is how much of an answer one write deadline covers, past the
+// first: a client must take in 64 KiB every WriteTimeout (30 s by
+// default, some 2 KiB a second), as it must send a body.
+const writeStep = 64 << 10
+
+// begin is called as the answer begins: it sets the rate-limit headers
+// again if they are old (fresh), and renews the write deadline if the
+// work before the answer took a second or more, or a quarter of the write
+// timeout if that is less (a simulated timeout, a slow database), so that
+// the answer is not cut short for it.
+func (e *exchange) begin() {
+	e.fresh()
+	if e.writeTimeout > 0 && time.Since(e.start) >= min(time.Second, e.writeTimeout/4) {
+		e.renewWriteDeadline()
+	}
+}
+
+// renewWriteDeadline gives the answer's next writes writeTimeout from now.
+func (e *exchange) renewWriteDeadline() {
+	http.NewResponseController(e.ResponseWriter).SetWriteDeadline(time.Now().Add(e.writeTimeout))
+	e.unrenewed = 0
+}
+
+// writePaced writes b in pieces that end where writeStep bytes have been
+// written since the deadline was set, and renews it before each next one.
+func (e *exchange) writePaced(b []byte) (n int, err error) {
+	for len(b) > 0 {
+		if e.unrenewed >= writeStep {
+			e.renewWriteDeadline()
+		}
+		m := min(len(b), writeStep-e.unrenewed)
+		m, err = e.ResponseWriter.Write(b[:m])
+		n += m
+		e.unrenewed += m
+		if err != nil {
+			return n, err
+		}
+		b = b[m:]
+	}
+	return n, nil
 }
 
 // Unwrap lets http.ResponseController reach the connection.
@@ -441,7 +515,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		id = idPrefix + strconv.FormatUint(idCounter.Add(1), 36)
 	}
 	w.Header()["X-Request-Id"] = []string{id}
-	e := &exchange{ResponseWriter: w, id: id, status: http.StatusOK}
+	e := &exchange{ResponseWriter: w, id: id, status: http.StatusOK, start: time.Now(), writeTimeout: s.writeTimeout}
 	defer s.recoverPanic(e, r)
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = newDeadlineBody(w, r.Body, s.bodyTimeout)
@@ -537,8 +611,11 @@ func (s *Server) wrap(rt Route) http.Handler {
 	label := meterLabel(rt)
 	obs := s.metrics.route(label)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
 		e := exchangeOf(w)
+		if e.start.IsZero() {
+			e.start = time.Now() // a writer that did not come through serveHTTP
+		}
+		start := e.start
 		if rt.KeyOptional {
 			r = withStreamCall(r, e, start) // the WebSocket (see serveWS)
 		}

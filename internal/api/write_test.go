@@ -1,0 +1,220 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"coinpulse"
+	"coinpulse/internal/meter"
+)
+
+// The write timeout (Config.WriteTimeout, serve's --write-timeout), through
+// a real HTTP server whose connections have small send buffers, so that
+// an answer waits for its client after a few KiB, and real clients.
+
+// writeServer serves a server with write timeout d, metered (so that
+// Drain sees its calls), as serve does: the http.Server has the same
+// WriteTimeout.
+func writeServer(t *testing.T, d time.Duration) (*Server, *httptest.Server) {
+	t.Helper()
+	base := testServer(t)
+	m := meter.New(shared.store, quiet, meter.Options{Interval: 10 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	go m.Run(ctx)
+	srv := New(Config{Store: shared.store, Market: base.market, Log: quiet, Meter: m, WriteTimeout: d})
+	ts := httptest.NewUnstartedServer(srv.Handler())
+	ts.Config.WriteTimeout = d
+	ts.Config.ConnState = func(c net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			c.(*net.TCPConn).SetWriteBuffer(8 << 10)
+		}
+	}
+	ts.Start()
+	t.Cleanup(func() {
+		srv.hub.Close()
+		ts.Close()
+		m.Close(context.Background())
+		cancel()
+	})
+	return srv, ts
+}
+
+// dialSmall connects to ts with a small receive buffer (when small), and
+// a deadline that fails the test rather than hangs it.
+func dialSmall(t *testing.T, ts *httptest.Server, small bool) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if small {
+		c.(*net.TCPConn).SetReadBuffer(4 << 10)
+	}
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	return c, bufio.NewReaderSize(c, 2<<10)
+}
+
+// A client that asks for a large answer and stops reading it is cut off
+// once the write timeout passes without progress: its call ends (and is
+// metered), rather than hold its handler for as long as the connection
+// lives. Before the write timeout, Drain waited for it without end.
+func TestWriteTimeoutCutsOffAStalledReader(t *testing.T) {
+	const d = 300 * time.Millisecond
+	srv, ts := writeServer(t, d)
+	key := proKey(t)
+	c, br := dialSmall(t, ts, true)
+	fmt.Fprintf(c, "GET /api/v1/markets?per_page=250 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", key)
+
+	for srv.running.Load() == 0 { // the call has started
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Drain(ctx); err != nil {
+		t.Fatalf("a client that stopped reading still holds its call: %v", err)
+	}
+	if took := time.Since(start); took < d/2 {
+		t.Errorf("the call ended %v after it started, before the client could be slow", took)
+	}
+
+	// What was sent before the cut-off is there to read, then the
+	// connection ends short of the answer.
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("the answer's head: %v", err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", res.StatusCode)
+	}
+	if n, err := io.Copy(io.Discard, res.Body); err == nil {
+		t.Errorf("the whole answer (%d bytes) arrived after the cut-off", n)
+	}
+}
+
+// A client that reads a large answer slowly but steadily, here 2 KiB
+// every 10 ms, gets it whole, though it takes some 2 s with a write
+// timeout of 1 s: every 64 KiB renews the deadline.
+func TestWriteTimeoutLetsASteadyReaderFinish(t *testing.T) {
+	const d = time.Second
+	_, ts := writeServer(t, d)
+	c, br := dialSmall(t, ts, false)
+	fmt.Fprintf(c, "GET /api/v1/openapi.json HTTP/1.1\r\nHost: x\r\n\r\n")
+	start := time.Now()
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var got int
+	buf := make([]byte, 2<<10)
+	for {
+		n, err := io.ReadFull(res.Body, buf)
+		got += n
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("after %d bytes in %v: %v", got, time.Since(start), err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got != len(openapiJSON) {
+		t.Fatalf("got %d of %d bytes in %v", got, len(openapiJSON), time.Since(start))
+	}
+	if took := time.Since(start); took < 2*d {
+		t.Fatalf("read in %v: the test means to read for longer than twice the write timeout", took)
+	}
+}
+
+// An answer that begins long after its request, here a simulated timeout
+// that holds the call for three times the write timeout, is not cut short
+// for it: the deadline is renewed as the answer begins.
+func TestWriteTimeoutStartsAgainWithALateAnswer(t *testing.T) {
+	const d = 300 * time.Millisecond
+	old := simulateTimeoutFor
+	simulateTimeoutFor = 3 * d
+	t.Cleanup(func() { simulateTimeoutFor = old })
+	_, ts := writeServer(t, d)
+	sandbox, _ := newKey(t, newUser(t, coinpulse.TierPro, nil), coinpulse.ModeTest, rw, nil)
+	req, _ := http.NewRequest("GET", ts.URL+"/api/v1/markets?per_page=250", nil)
+	req.Header.Set("Authorization", "Bearer "+sandbox)
+	req.Header.Set("X-Sandbox-Simulate", "timeout")
+	res, err := ts.Client().Do(req)
+	if err != nil {
+		t.Fatalf("no answer after a long wait: %v", err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil || res.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), `"SERVICE_UNAVAILABLE"`) {
+		t.Fatalf("%d %s (%v)", res.StatusCode, body, err)
+	}
+}
+
+// A keep-alive connection idle for longer than the write timeout serves
+// its next request, one that waits for 100 Continue among them: the
+// deadline the answer before renewed does not carry over (net/http
+// clears it after each answer).
+func TestWriteTimeoutDoesNotOutliveTheAnswer(t *testing.T) {
+	const d = 300 * time.Millisecond
+	_, ts := writeServer(t, d)
+	key := proKey(t)
+	c, br := dialSmall(t, ts, false)
+	fmt.Fprintf(c, "GET /api/v1/openapi.json HTTP/1.1\r\nHost: x\r\n\r\n") // its deadline renewed on the way
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+
+	time.Sleep(3 * d)
+	body := `{"name":"after a pause"}`
+	fmt.Fprintf(c, "POST /api/v1/portfolio HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", key, len(body))
+	res, err = http.ReadResponse(br, nil)
+	if err != nil || res.StatusCode != http.StatusContinue {
+		t.Fatalf("waiting for 100 Continue: %v %v", res, err)
+	}
+	fmt.Fprint(c, body)
+	res, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("the answer after 100 Continue: %v", err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("status %d", res.StatusCode)
+	}
+}
+
+// A WebSocket outlives the write timeout of its upgrade request: net/http
+// hands the hijacked connection over without a deadline, and the stream
+// bounds its own writes.
+func TestWriteTimeoutLeavesAWebSocketAlone(t *testing.T) {
+	const d = 300 * time.Millisecond
+	_, ts := writeServer(t, d)
+	key, _ := newKey(t, newUser(t, coinpulse.TierPremium, nil), coinpulse.ModeLive, rw, nil)
+	c := mustDialWS(t, "ws"+strings.TrimPrefix(ts.URL, "http")+"/api/v1/ws", key)
+	c.expect("welcome")
+	time.Sleep(3 * d)
+	c.send(`{"type":"ping","id":"late"}`)
+	for {
+		m, err := c.read()
+		if err != nil {
+			t.Fatalf("the stream ended after the write timeout: %v", err)
+		}
+		if m["type"] == "pong" {
+			break
+		}
+	}
+}
