@@ -37,6 +37,7 @@ import (
 type serveConfig struct {
 	addr, db, dataDir, feed  string
 	refresh, shutdownTimeout time.Duration
+	writeTimeout             time.Duration
 	seed                     int64
 	simCoins                 int
 	maxBody                  int64
@@ -69,6 +70,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.IntVar(&c.simCoins, "sim-coins", sim.MinCoins, "size of the simulated universe (real coins topped up with synthetic sim- coins; 1000 to 100000)")
 	fs.Int64Var(&c.maxBody, "max-body", 64<<10, "largest request body in bytes")
 	fs.Float64Var(&c.minMoverVolume, "min-mover-volume", 50_000, "24 h volume floor (USD) for top movers")
+	fs.DurationVar(&c.writeTimeout, "write-timeout", api.DefaultWriteTimeout, "longest a client may take to take in an answer's first part, and each further 64 KiB of it, before it is cut off")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long graceful shutdown waits for in-flight requests")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
@@ -101,6 +103,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, fmt.Errorf("--refresh %s: must be at least 100ms", c.refresh)
 	case c.shutdownTimeout < time.Second:
 		return c, fmt.Errorf("--shutdown-timeout %s: at least 1s, long enough to answer the calls in flight and write the metered ones", c.shutdownTimeout)
+	case c.writeTimeout < time.Second:
+		return c, fmt.Errorf("--write-timeout %s: at least 1s", c.writeTimeout)
 	case c.maxBody < 1024:
 		return c, fmt.Errorf("--max-body %d: must be at least 1024", c.maxBody)
 	case c.simCoins < sim.MinCoins || c.simCoins > 100_000:
@@ -235,7 +239,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	log.Warn("market data is SIMULATED: prices are made up by the sim feed", "feed", feed.String())
 	engine := market.New(market.Config{Feed: feed, Store: store, Log: log, Refresh: cfg.refresh, MinMoverVolume: cfg.minMoverVolume})
-	apiCfg := api.Config{Store: store, Market: engine, Log: log, MaxBody: cfg.maxBody, Plans: cfg.plans, SandboxLimits: &cfg.sandbox}
+	apiCfg := api.Config{Store: store, Market: engine, Log: log, MaxBody: cfg.maxBody, WriteTimeout: cfg.writeTimeout, Plans: cfg.plans, SandboxLimits: &cfg.sandbox}
 	var mtr *meter.Meter
 	if cfg.limits == "on" {
 		limiter, closeLimiter, err := newLimiter(ctx, cfg, store, log)
@@ -324,7 +328,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if withBenchHeaders != nil && cfg.limits != "on" {
 		handler = withBenchHeaders(handler, log)
 	}
-	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, WriteTimeout: cfg.writeTimeout, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		DisableGeneralOptionsHandler: true} // OPTIONS * gets the API's JSON 404, not net/http's bare 200
 	hs.RegisterOnShutdown(hub.Close)         // WebSockets are hijacked: Shutdown does not wait for them
 	hs.RegisterOnShutdown(srv.BeginShutdown) // simulated timeouts end at once
