@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/shopspring/decimal"
@@ -124,7 +125,8 @@ func (b *body) raw(name string, required bool) (json.RawMessage, bool) {
 }
 
 // text reads a string field, trimmed of surrounding spaces, of min to max
-// characters. ok is false when the field is absent or invalid.
+// characters, without control characters (C0, DEL and C1) but tab and line
+// feed. ok is false when the field is absent or invalid.
 func (b *body) text(name string, required bool, min, max int) (s string, ok bool) {
 	v, present := b.raw(name, required)
 	if !present {
@@ -144,7 +146,7 @@ func (b *body) text(name string, required bool, min, max int) (s string, ok bool
 		}
 		return "", false
 	}
-	if strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 && r != '\n' && r != '\t' || r == 0x7f }) {
+	if strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\t' }) { // C0, DEL and C1
 		b.fail(name, "must not contain control characters")
 		return "", false
 	}

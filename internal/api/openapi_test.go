@@ -509,6 +509,7 @@ func portfoliosMatchSpec(t *testing.T, doc *openapi3.T, srv *Server) {
 		{"POST", "/portfolio", "/api/v1/portfolio", `{"name":"   "}`},
 		{"POST", "/portfolio", "/api/v1/portfolio", `{"name":"` + strings.Repeat("n", 101) + `"}`},
 		{"POST", "/portfolio", "/api/v1/portfolio", `{"name":"bell\u0007"}`},
+		{"POST", "/portfolio", "/api/v1/portfolio", `{"name":"next\u0085line"}`}, // C1 controls too
 		{"POST", "/portfolio", "/api/v1/portfolio", `[{"name":"a"}]`},
 		{"POST", "/portfolio", "/api/v1/portfolio", ``},
 		{"PATCH", "/portfolio/{id}", base, `{}`},
