@@ -282,24 +282,42 @@ const DefaultBodyTimeout = 30 * time.Second
 // readers of bodies answer with REQUEST_TIMEOUT. A body left unread, or
 // failed, keeps the deadline: net/http reads what is left of it before
 // it answers (to reuse the connection), and the deadline bounds that too.
+//
+// The body also keeps the write deadline (see Config.WriteTimeout) in
+// step: its first read renews it if the request is late by then, since
+// net/http may answer "100 Continue" as it starts; and an answer that
+// begins while the body is still unread has the write timeout from the
+// body's deadline (exchange.begin), net/http reading what is left first.
 type deadlineBody struct {
 	io.ReadCloser
-	rc   *http.ResponseController
-	done bool
+	rc       *http.ResponseController
+	e        *exchange
+	deadline time.Time
+	read     bool
+	done     bool
 }
 
 // newDeadlineBody sets w's connection's read deadline to timeout from now
 // and returns body, which lifts it once read. Where the connection does
-// not support deadlines, body is returned as it is.
-func newDeadlineBody(w http.ResponseWriter, body io.ReadCloser, timeout time.Duration) io.ReadCloser {
+// not support deadlines, body is returned as it is. e is the request's.
+func newDeadlineBody(w http.ResponseWriter, e *exchange, body io.ReadCloser, timeout time.Duration) io.ReadCloser {
 	rc := http.NewResponseController(w)
-	if rc.SetReadDeadline(time.Now().Add(timeout)) != nil {
+	deadline := time.Now().Add(timeout)
+	if rc.SetReadDeadline(deadline) != nil {
 		return body
 	}
-	return &deadlineBody{ReadCloser: body, rc: rc}
+	b := &deadlineBody{ReadCloser: body, rc: rc, e: e, deadline: deadline}
+	e.body = b
+	return b
 }
 
 func (b *deadlineBody) Read(p []byte) (int, error) {
+	if !b.read {
+		b.read = true
+		if !b.e.wrote {
+			b.e.renewIfLate() // before a "100 Continue"
+		}
+	}
 	n, err := b.ReadCloser.Read(p)
 	if err == io.EOF && !b.done {
 		b.done = true

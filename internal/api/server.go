@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -375,6 +376,8 @@ type exchange struct {
 	// write deadline was last set.
 	writeTimeout time.Duration
 	unrenewed    int
+	// body is the request's body, when it has one (see deadlineBody).
+	body *deadlineBody
 }
 
 // looked records that s set the rate-limit headers for r, from a look at
@@ -415,7 +418,7 @@ func exchangeOf(w http.ResponseWriter) *exchange {
 }
 
 func (e *exchange) WriteHeader(status int) {
-	if !e.wrote {
+	if !e.wrote && (status >= 200 || status == http.StatusSwitchingProtocols) { // not a 1xx before the answer
 		e.begin()
 		e.status, e.wrote = status, true
 	}
@@ -444,12 +447,31 @@ const DefaultWriteTimeout = 30 * time.Second
 const writeStep = 64 << 10
 
 // begin is called as the answer begins: it sets the rate-limit headers
-// again if they are old (fresh), and renews the write deadline if the
-// work before the answer took a second or more, or a quarter of the write
-// timeout if that is less (a simulated timeout, a slow database), so that
-// the answer is not cut short for it.
+// again if they are old (fresh), and sees that the answer has its write
+// timeout from now, or, if the request's body is still unread, from the
+// body's deadline: net/http reads what is left of it (up to 256 KiB)
+// before it writes the answer's head.
 func (e *exchange) begin() {
 	e.fresh()
+	if e.writeTimeout <= 0 {
+		return
+	}
+	if e.body != nil && !e.body.done {
+		from := time.Now()
+		if from.Before(e.body.deadline) {
+			from = e.body.deadline
+		}
+		e.setWriteDeadline(from.Add(e.writeTimeout))
+		return
+	}
+	e.renewIfLate()
+}
+
+// renewIfLate renews the write deadline if the request is a second or more
+// old, or a quarter of the write timeout if that is less (a simulated
+// timeout, a slow database or limiter), so that what is written next is
+// not cut short for the time taken before it.
+func (e *exchange) renewIfLate() {
 	if e.writeTimeout > 0 && time.Since(e.start) >= min(time.Second, e.writeTimeout/4) {
 		e.renewWriteDeadline()
 	}
@@ -457,7 +479,11 @@ func (e *exchange) begin() {
 
 // renewWriteDeadline gives the answer's next writes writeTimeout from now.
 func (e *exchange) renewWriteDeadline() {
-	http.NewResponseController(e.ResponseWriter).SetWriteDeadline(time.Now().Add(e.writeTimeout))
+	e.setWriteDeadline(time.Now().Add(e.writeTimeout))
+}
+
+func (e *exchange) setWriteDeadline(t time.Time) {
+	http.NewResponseController(e.ResponseWriter).SetWriteDeadline(t)
 	e.unrenewed = 0
 }
 
@@ -518,7 +544,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	e := &exchange{ResponseWriter: w, id: id, status: http.StatusOK, start: time.Now(), writeTimeout: s.writeTimeout}
 	defer s.recoverPanic(e, r)
 	if r.Body != nil && r.Body != http.NoBody {
-		r.Body = newDeadlineBody(w, r.Body, s.bodyTimeout)
+		r.Body = newDeadlineBody(w, e, r.Body, s.bodyTimeout)
 	}
 	if s.dashboard != nil && (r.URL.Path == "/user/api" || strings.HasPrefix(r.URL.Path, "/user/api/")) {
 		s.dashboard.ServeHTTP(e, r)
@@ -617,7 +643,7 @@ func (s *Server) wrap(rt Route) http.Handler {
 		}
 		start := e.start
 		if rt.KeyOptional {
-			r = withStreamCall(r, e, start) // the WebSocket (see serveWS)
+			r = withStreamCall(r, e) // the WebSocket (see serveWS)
 		}
 		if s.meterer != nil {
 			s.running.Add(1) // until finish; see Drain
@@ -642,9 +668,14 @@ func (s *Server) wrap(rt Route) http.Handler {
 		switch {
 		case err == nil:
 		case e.wrote:
-			// The answer began (mostly: the client hung up while it was
-			// sent). It stands, with its status, for the meter too.
-			s.log.Error("error after response started", "err", err, "request_id", e.id)
+			// The answer began (mostly: the client hung up, or stopped
+			// reading, while it was sent). It stands, with its status,
+			// for the meter too.
+			if connError(err) {
+				s.log.Debug("answer cut short: the client hung up or stopped reading", "err", err, "request_id", e.id)
+			} else {
+				s.log.Error("error after response started", "err", err, "request_id", e.id)
+			}
 		default:
 			if coinpulse.ErrorCode(err).Status() >= 500 {
 				s.giveBack(e, r, rt) // before the headers go out
@@ -654,6 +685,13 @@ func (s *Server) wrap(rt Route) http.Handler {
 		finished = true
 		s.finish(e, r, rt, label, obs, time.Since(start))
 	})
+}
+
+// connError reports whether err is the connection's: a write that timed
+// out (Config.WriteTimeout), a reset, a broken pipe, a closed connection.
+func connError(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, net.ErrClosed)
 }
 
 // meterLabel names rt in metrics and in the meter: its path under

@@ -14,6 +14,7 @@ import (
 
 	"coinpulse"
 	"coinpulse/internal/meter"
+	"coinpulse/internal/ratelimit"
 )
 
 // The write timeout (Config.WriteTimeout, serve's --write-timeout), through
@@ -22,14 +23,18 @@ import (
 
 // writeServer serves a server with write timeout d, metered (so that
 // Drain sees its calls), as serve does: the http.Server has the same
-// WriteTimeout.
-func writeServer(t *testing.T, d time.Duration) (*Server, *httptest.Server) {
+// WriteTimeout. opts change the server's Config.
+func writeServer(t *testing.T, d time.Duration, opts ...func(*Config)) (*Server, *httptest.Server) {
 	t.Helper()
 	base := testServer(t)
 	m := meter.New(shared.store, quiet, meter.Options{Interval: 10 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	go m.Run(ctx)
-	srv := New(Config{Store: shared.store, Market: base.market, Log: quiet, Meter: m, WriteTimeout: d})
+	cfg := Config{Store: shared.store, Market: base.market, Log: quiet, Meter: m, WriteTimeout: d}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv := New(cfg)
 	ts := httptest.NewUnstartedServer(srv.Handler())
 	ts.Config.WriteTimeout = d
 	ts.Config.ConnState = func(c net.Conn, s http.ConnState) {
@@ -70,12 +75,13 @@ func dialSmall(t *testing.T, ts *httptest.Server, small bool) (net.Conn, *bufio.
 func TestWriteTimeoutCutsOffAStalledReader(t *testing.T) {
 	const d = 300 * time.Millisecond
 	srv, ts := writeServer(t, d)
-	key := proKey(t)
 	c, br := dialSmall(t, ts, true)
-	fmt.Fprintf(c, "GET /api/v1/markets?per_page=250 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", key)
+	fmt.Fprintf(c, "GET /api/v1/openapi.json HTTP/1.1\r\nHost: x\r\n\r\n") // 425 KB
 
-	for srv.running.Load() == 0 { // the call has started
-		time.Sleep(time.Millisecond)
+	for wait := time.Now(); srv.running.Load() == 0; time.Sleep(time.Millisecond) { // the call has started
+		if time.Since(wait) > 10*time.Second {
+			t.Fatal("the call did not start")
+		}
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -163,8 +169,8 @@ func TestWriteTimeoutStartsAgainWithALateAnswer(t *testing.T) {
 
 // A keep-alive connection idle for longer than the write timeout serves
 // its next request, one that waits for 100 Continue among them: the
-// deadline the answer before renewed does not carry over (net/http
-// clears it after each answer).
+// deadline the answer before renewed does not carry over. (net/http
+// clears it after each answer: this guards what the server relies on.)
 func TestWriteTimeoutDoesNotOutliveTheAnswer(t *testing.T) {
 	const d = 300 * time.Millisecond
 	_, ts := writeServer(t, d)
@@ -197,9 +203,9 @@ func TestWriteTimeoutDoesNotOutliveTheAnswer(t *testing.T) {
 	}
 }
 
-// A WebSocket outlives the write timeout of its upgrade request: net/http
-// hands the hijacked connection over without a deadline, and the stream
-// bounds its own writes.
+// A WebSocket outlives the write timeout of its upgrade request. (net/http
+// hands a hijacked connection over without a deadline, and the stream
+// bounds its own writes: this guards what the server relies on.)
 func TestWriteTimeoutLeavesAWebSocketAlone(t *testing.T) {
 	const d = 300 * time.Millisecond
 	_, ts := writeServer(t, d)
@@ -216,5 +222,76 @@ func TestWriteTimeoutLeavesAWebSocketAlone(t *testing.T) {
 		if m["type"] == "pong" {
 			break
 		}
+	}
+}
+
+// An answer given before the request's body has arrived (here a 401 for
+// a bad key) reaches a client that sends its body slowly: net/http reads
+// what is left of the body before it writes the answer's head, so the
+// answer's write timeout counts from the body's deadline. (The answer was
+// lost when it counted from the answer's start; found by a review.)
+func TestWriteTimeoutWaitsForTheBodyOfAnEarlyAnswer(t *testing.T) {
+	const d = 500 * time.Millisecond
+	_, ts := writeServer(t, d, func(c *Config) { c.BodyTimeout = 10 * time.Second })
+	c, br := dialSmall(t, ts, false)
+	const body = `{"name":"slowly..."}`
+	fmt.Fprintf(c, "POST /api/v1/portfolio HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_live_nope\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body))
+	go func() {
+		for i := range len(body) { // 2 s, four times the write timeout
+			time.Sleep(100 * time.Millisecond)
+			if _, err := c.Write([]byte{body[i]}); err != nil {
+				return
+			}
+		}
+	}()
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer to a slow body: %v", err)
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil || res.StatusCode != http.StatusUnauthorized || !strings.Contains(string(raw), `"INVALID_API_KEY"`) {
+		t.Fatalf("%d %s (%v)", res.StatusCode, raw, err)
+	}
+}
+
+// slowLimiter takes delay to admit each call, as a limiter on a slow
+// network might.
+type slowLimiter struct {
+	coinpulse.Limiter
+	delay time.Duration
+}
+
+func (l slowLimiter) Allow(ctx context.Context, account string, lim coinpulse.Limits) (coinpulse.Verdict, error) {
+	time.Sleep(l.delay)
+	return l.Limiter.Allow(ctx, account, lim)
+}
+
+// A client that waits for "100 Continue" before it sends its body gets it
+// after an admission that took longer than the write timeout: the first
+// read of the body renews the deadline that net/http writes it under.
+// (The connection failed, and the call with it; found by a review.)
+func TestWriteTimeoutLetsA100ContinueFollowASlowAdmission(t *testing.T) {
+	const d = 500 * time.Millisecond
+	_, ts := writeServer(t, d, func(c *Config) {
+		c.Limiter = slowLimiter{Limiter: ratelimit.NewMemory(time.Now, nil), delay: 3 * d}
+	})
+	key := proKey(t)
+	c, br := dialSmall(t, ts, false)
+	const body = `{"name":"after a slow check"}`
+	fmt.Fprintf(c, "POST /api/v1/portfolio HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", key, len(body))
+	res, err := http.ReadResponse(br, nil)
+	if err != nil || res.StatusCode != http.StatusContinue {
+		t.Fatalf("waiting for 100 Continue: %v %v", res, err)
+	}
+	fmt.Fprint(c, body)
+	res, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("the answer after 100 Continue: %v", err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("%d %s", res.StatusCode, raw)
 	}
 }

@@ -30,10 +30,9 @@ type wsCall struct {
 }
 
 // withStreamCall gives a request to the WebSocket route the state its
-// upgrade and its first-message authentication need (wrap calls it; the
-// exchange does not carry a start time, which every call would pay for).
-func withStreamCall(r *http.Request, e *exchange, start time.Time) *http.Request {
-	call := &wsCall{e: e, start: start}
+// upgrade and its first-message authentication need (wrap calls it).
+func withStreamCall(r *http.Request, e *exchange) *http.Request {
+	call := &wsCall{e: e, start: e.start}
 	r = r.WithContext(context.WithValue(r.Context(), wsCallKey{}, call))
 	call.r = r
 	return r
