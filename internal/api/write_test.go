@@ -68,6 +68,34 @@ func dialSmall(t *testing.T, ts *httptest.Server, small bool) (net.Conn, *bufio.
 	return c, bufio.NewReaderSize(c, 2<<10)
 }
 
+// wantWhole checks that res (read with err) is a whole answer with
+// status, and the error code if code is not "".
+func wantWhole(t *testing.T, res *http.Response, err error, status int, code coinpulse.Code) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil || res.StatusCode != status || code != "" && !strings.Contains(string(raw), `"`+string(code)+`"`) {
+		t.Fatalf("%d %s (%v), want %d %s", res.StatusCode, raw, err, status, code)
+	}
+}
+
+// postAfterContinue creates a portfolio on c with key, sending the body
+// only after the server's "100 Continue", and returns the answer.
+func postAfterContinue(t *testing.T, c net.Conn, br *bufio.Reader, key string) (*http.Response, error) {
+	t.Helper()
+	const body = `{"name":"after 100 Continue"}`
+	fmt.Fprintf(c, "POST /api/v1/portfolio HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", key, len(body))
+	res, err := http.ReadResponse(br, nil)
+	if err != nil || res.StatusCode != http.StatusContinue {
+		t.Fatalf("waiting for 100 Continue: %v %v", res, err)
+	}
+	fmt.Fprint(c, body)
+	return http.ReadResponse(br, nil)
+}
+
 // A client that asks for a large answer and stops reading it is cut off
 // once the write timeout passes without progress: its call ends (and is
 // metered), rather than hold its handler for as long as the connection
@@ -157,14 +185,7 @@ func TestWriteTimeoutStartsAgainWithALateAnswer(t *testing.T) {
 	req.Header.Set("Authorization", "Bearer "+sandbox)
 	req.Header.Set("X-Sandbox-Simulate", "timeout")
 	res, err := ts.Client().Do(req)
-	if err != nil {
-		t.Fatalf("no answer after a long wait: %v", err)
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	if err != nil || res.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), `"SERVICE_UNAVAILABLE"`) {
-		t.Fatalf("%d %s (%v)", res.StatusCode, body, err)
-	}
+	wantWhole(t, res, err, http.StatusServiceUnavailable, coinpulse.CodeUnavailable)
 }
 
 // A keep-alive connection idle for longer than the write timeout serves
@@ -178,29 +199,11 @@ func TestWriteTimeoutDoesNotOutliveTheAnswer(t *testing.T) {
 	c, br := dialSmall(t, ts, false)
 	fmt.Fprintf(c, "GET /api/v1/openapi.json HTTP/1.1\r\nHost: x\r\n\r\n") // its deadline renewed on the way
 	res, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, res.Body)
-	res.Body.Close()
+	wantWhole(t, res, err, http.StatusOK, "")
 
 	time.Sleep(3 * d)
-	body := `{"name":"after a pause"}`
-	fmt.Fprintf(c, "POST /api/v1/portfolio HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", key, len(body))
-	res, err = http.ReadResponse(br, nil)
-	if err != nil || res.StatusCode != http.StatusContinue {
-		t.Fatalf("waiting for 100 Continue: %v %v", res, err)
-	}
-	fmt.Fprint(c, body)
-	res, err = http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatalf("the answer after 100 Continue: %v", err)
-	}
-	io.Copy(io.Discard, res.Body)
-	res.Body.Close()
-	if res.StatusCode != http.StatusCreated {
-		t.Fatalf("status %d", res.StatusCode)
-	}
+	res, err = postAfterContinue(t, c, br, key)
+	wantWhole(t, res, err, http.StatusCreated, "")
 }
 
 // A WebSocket outlives the write timeout of its upgrade request. (net/http
@@ -245,14 +248,7 @@ func TestWriteTimeoutWaitsForTheBodyOfAnEarlyAnswer(t *testing.T) {
 		}
 	}()
 	res, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatalf("no answer to a slow body: %v", err)
-	}
-	defer res.Body.Close()
-	raw, err := io.ReadAll(res.Body)
-	if err != nil || res.StatusCode != http.StatusUnauthorized || !strings.Contains(string(raw), `"INVALID_API_KEY"`) {
-		t.Fatalf("%d %s (%v)", res.StatusCode, raw, err)
-	}
+	wantWhole(t, res, err, http.StatusUnauthorized, coinpulse.CodeInvalidAPIKey)
 }
 
 // slowLimiter takes delay to admit each call, as a limiter on a slow
@@ -278,20 +274,6 @@ func TestWriteTimeoutLetsA100ContinueFollowASlowAdmission(t *testing.T) {
 	})
 	key := proKey(t)
 	c, br := dialSmall(t, ts, false)
-	const body = `{"name":"after a slow check"}`
-	fmt.Fprintf(c, "POST /api/v1/portfolio HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", key, len(body))
-	res, err := http.ReadResponse(br, nil)
-	if err != nil || res.StatusCode != http.StatusContinue {
-		t.Fatalf("waiting for 100 Continue: %v %v", res, err)
-	}
-	fmt.Fprint(c, body)
-	res, err = http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatalf("the answer after 100 Continue: %v", err)
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	if res.StatusCode != http.StatusCreated {
-		t.Fatalf("%d %s", res.StatusCode, raw)
-	}
+	res, err := postAfterContinue(t, c, br, key)
+	wantWhole(t, res, err, http.StatusCreated, "")
 }
