@@ -41,13 +41,14 @@ type Config struct {
 	// part of an answer (default DefaultWriteTimeout): an answer has
 	// WriteTimeout from its request's headers, renewed when it begins a
 	// second or more after the request did (a quarter of WriteTimeout, if
-	// that is less), and again for every 64 KiB
-	// (writeStep) past its first, so that a client that stops reading is
-	// cut off while a slow but steady one gets a large answer whole.
-	// The http.Server serving Handler must set the same WriteTimeout: it
-	// sets the deadline as each request's headers are read, the one an
-	// answer shorter than 64 KiB has. (net/http clears the deadline after
-	// each answer, and on a hijack: a WebSocket's upgrade.)
+	// that is less) or before the request's body was read (see
+	// deadlineBody), and again for every 64 KiB (writeStep) past its
+	// first, so that a client that stops reading is cut off while a slow
+	// but steady one gets a large answer whole. The http.Server serving
+	// Handler must set the same WriteTimeout: it sets the deadline as each
+	// request's headers are read, the one an answer shorter than 64 KiB
+	// has. (net/http clears the deadline after each answer, and on a
+	// hijack: a WebSocket's upgrade.)
 	WriteTimeout time.Duration
 	// Limiter holds keyed calls to their plan's limits; nil turns rate
 	// limiting off.
