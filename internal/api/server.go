@@ -545,6 +545,12 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	e := &exchange{ResponseWriter: w, id: id, status: http.StatusOK, start: time.Now(), writeTimeout: s.writeTimeout}
 	defer s.recoverPanic(e, r)
 	if r.Body != nil && r.Body != http.NoBody {
+		// The handlers get a copy of the request with the wrapped body:
+		// net/http keeps its own, whose type tells it, as the answer
+		// begins, whether to read what is left of the body or to close
+		// the connection instead (a "100 Continue" it never sent, 256
+		// KiB or more unread).
+		r = r.WithContext(r.Context())
 		r.Body = newDeadlineBody(w, e, r.Body, s.bodyTimeout)
 	}
 	if s.dashboard != nil && (r.URL.Path == "/user/api" || strings.HasPrefix(r.URL.Path, "/user/api/")) {
@@ -730,7 +736,9 @@ func (s *Server) finish(e *exchange, r *http.Request, rt Route, label string, ob
 func (s *Server) admit(e *exchange, r *http.Request, rt Route) error {
 	tooLarge := r.ContentLength > s.maxBody
 	if r.ContentLength != 0 && !tooLarge { // a body, or one of unknown length
-		r.Body = http.MaxBytesReader(e, r.Body, s.maxBody)
+		// Given net/http's own writer, a body over the limit has net/http
+		// close the connection rather than read the rest of it.
+		r.Body = http.MaxBytesReader(e.ResponseWriter, r.Body, s.maxBody)
 	}
 	if rt.Access == Public || rt.KeyOptional && !carriesKey(r) {
 		if tooLarge {

@@ -277,3 +277,40 @@ func TestWriteTimeoutLetsA100ContinueFollowASlowAdmission(t *testing.T) {
 	res, err := postAfterContinue(t, c, br, key)
 	wantWhole(t, res, err, http.StatusCreated, "")
 }
+
+// An early refusal of a request whose body has not come (a bad key, a
+// declared body over the limit, a body that runs over it as it comes)
+// is answered at once, not when the body's deadline has passed: net/http
+// sees the request's own body, and closes the connection rather than
+// wait for what it never asked for (a "100 Continue" not sent) or what
+// is too much. (Each took the whole body timeout; found by a review.)
+func TestEarlyRefusalsDoNotWaitForTheBody(t *testing.T) {
+	_, ts := writeServer(t, DefaultWriteTimeout, func(c *Config) { c.BodyTimeout = time.Minute })
+	key := proKey(t)
+	for _, c := range []struct {
+		name, head string
+		status     int
+		code       coinpulse.Code
+	}{
+		{"bad key, 100-continue", "Authorization: Bearer sk_live_nope\r\nContent-Length: 20\r\nExpect: 100-continue\r\n",
+			http.StatusUnauthorized, coinpulse.CodeInvalidAPIKey},
+		{"declared too large", "Authorization: Bearer " + key + "\r\nContent-Length: 10000000\r\n",
+			http.StatusRequestEntityTooLarge, coinpulse.CodePayloadTooLarge},
+		{"declared too large, 100-continue", "Authorization: Bearer " + key + "\r\nContent-Length: 10000000\r\nExpect: 100-continue\r\n",
+			http.StatusRequestEntityTooLarge, coinpulse.CodePayloadTooLarge},
+		{"too large as it comes", "Authorization: Bearer " + key + "\r\nTransfer-Encoding: chunked\r\n\r\n11800\r\n" + strings.Repeat("x", 70<<10) + "\r\n",
+			http.StatusRequestEntityTooLarge, coinpulse.CodePayloadTooLarge},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, br := dialSmall(t, ts, false)
+			conn.SetReadDeadline(time.Now().Add(10 * time.Second)) // the body's deadline is a minute away
+			head := "POST /api/v1/portfolio HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + c.head
+			if !strings.Contains(c.head, "chunked") {
+				head += "\r\n"
+			}
+			fmt.Fprint(conn, head) // and no more
+			res, err := http.ReadResponse(br, nil)
+			wantWhole(t, res, err, c.status, c.code)
+		})
+	}
+}
