@@ -24,6 +24,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -202,9 +203,46 @@ func (d *Dashboard) Handler() http.Handler {
 			}
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+		r.Body = http.MaxBytesReader(innermost(w), r.Body, maxBody)
+		if r.Method == http.MethodPost && !strings.HasPrefix(r.URL.Path, dataFallback) && !d.readForm(w, r) {
+			return
+		}
 		d.mux.ServeHTTP(w, r)
 	})
+}
+
+// readForm reads a page's form post, and answers one that is too large
+// (413), too slow (408, after the API's body timeout) or unreadable (400)
+// with an error page, reporting false: its handler would otherwise find
+// no CSRF token in it and answer 403.
+func (d *Dashboard) readForm(w http.ResponseWriter, r *http.Request) bool {
+	err := r.ParseForm()
+	if err == nil {
+		return true
+	}
+	status, msg := http.StatusBadRequest, "What was sent could not be read."
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		status, msg = http.StatusRequestEntityTooLarge, "What was sent is too large."
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		status, msg = http.StatusRequestTimeout, "What was sent did not arrive in time."
+	}
+	d.render(w, r, status, "error", &page{Title: http.StatusText(status), Error: msg})
+	return false
+}
+
+// innermost returns the ResponseWriter w wraps, at the bottom: net/http's,
+// which http.MaxBytesReader must be given so that a body over the limit
+// closes the connection rather than have net/http read the rest of it.
+func innermost(w http.ResponseWriter) http.ResponseWriter {
+	for {
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return w
+		}
+		w = u.Unwrap()
+	}
 }
 
 func staticHandler(fsys fs.FS) http.Handler {
