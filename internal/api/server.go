@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -377,6 +376,9 @@ type exchange struct {
 	// write deadline was last set.
 	writeTimeout time.Duration
 	unrenewed    int
+	// writeFailed is set once a write of the answer failed: the client
+	// hung up, or stopped reading past the write timeout.
+	writeFailed bool
 	// body is the request's body, when it has one (see deadlineBody).
 	body *deadlineBody
 }
@@ -431,11 +433,18 @@ func (e *exchange) Write(b []byte) (int, error) {
 		e.begin() // the answer begins here: an implicit 200
 	}
 	e.wrote = true
+	var n int
+	var err error
 	if e.writeTimeout <= 0 || e.unrenewed+len(b) <= writeStep {
 		e.unrenewed += len(b)
-		return e.ResponseWriter.Write(b)
+		n, err = e.ResponseWriter.Write(b)
+	} else {
+		n, err = e.writePaced(b)
 	}
-	return e.writePaced(b)
+	if err != nil {
+		e.writeFailed = true
+	}
+	return n, err
 }
 
 // DefaultWriteTimeout is how long, by default, an answer may wait for its
@@ -678,7 +687,7 @@ func (s *Server) wrap(rt Route) http.Handler {
 			// The answer began (mostly: the client hung up, or stopped
 			// reading, while it was sent). It stands, with its status,
 			// for the meter too.
-			if connError(err) {
+			if e.writeFailed {
 				s.log.Debug("answer cut short: the client hung up or stopped reading", "err", err, "request_id", e.id)
 			} else {
 				s.log.Error("error after response started", "err", err, "request_id", e.id)
@@ -692,13 +701,6 @@ func (s *Server) wrap(rt Route) http.Handler {
 		finished = true
 		s.finish(e, r, rt, label, obs, time.Since(start))
 	})
-}
-
-// connError reports whether err is the connection's: a write that timed
-// out (Config.WriteTimeout), a reset, a broken pipe, a closed connection.
-func connError(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) || errors.Is(err, net.ErrClosed)
 }
 
 // meterLabel names rt in metrics and in the meter: its path under

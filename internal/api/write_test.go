@@ -2,13 +2,16 @@ package api
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -50,6 +53,24 @@ func writeServer(t *testing.T, d time.Duration, opts ...func(*Config)) (*Server,
 		cancel()
 	})
 	return srv, ts
+}
+
+// lockedBuffer is a bytes.Buffer for a logger that other goroutines write.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // dialSmall connects to ts with a small receive buffer (when small), and
@@ -102,7 +123,10 @@ func postAfterContinue(t *testing.T, c net.Conn, br *bufio.Reader, key string) (
 // lives. Before the write timeout, Drain waited for it without end.
 func TestWriteTimeoutCutsOffAStalledReader(t *testing.T) {
 	const d = 300 * time.Millisecond
-	srv, ts := writeServer(t, d)
+	var log lockedBuffer
+	srv, ts := writeServer(t, d, func(c *Config) {
+		c.Log = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
 	c, br := dialSmall(t, ts, true)
 	fmt.Fprintf(c, "GET /api/v1/openapi.json HTTP/1.1\r\nHost: x\r\n\r\n") // 425 KB
 
@@ -119,6 +143,10 @@ func TestWriteTimeoutCutsOffAStalledReader(t *testing.T) {
 	}
 	if took := time.Since(start); took < d/2 {
 		t.Errorf("the call ended %v after it started, before the client could be slow", took)
+	}
+	// A client that stopped reading is no server error.
+	if l := log.String(); !strings.Contains(l, "level=DEBUG msg=\"answer cut short") || strings.Contains(l, "level=ERROR") {
+		t.Errorf("the cut-off call's log:\n%s", l)
 	}
 
 	// What was sent before the cut-off is there to read, then the
