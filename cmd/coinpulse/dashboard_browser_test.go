@@ -23,6 +23,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"coinpulse/internal/storetest"
+	"coinpulse/internal/testlog"
 )
 
 // The browser tests drive Debian's Chromium (apt-get install -y chromium)
@@ -87,8 +88,8 @@ type browser struct {
 	base     string          // the server's base URL
 	dir      string          // where screenshots go
 	shots    int
-	step     time.Duration // the longest one step (an action or a poll) may take
-	out      *syncBuffer   // Chromium's stdout and stderr
+	step     time.Duration   // the longest one step (an action or a poll) may take
+	out      *testlog.Buffer // Chromium's stdout and stderr
 	mu       sync.Mutex
 	problems []string        // uncaught exceptions and console errors
 	failing  map[string]bool // URLs whose error status the test expects
@@ -106,7 +107,7 @@ func (b *browser) expectFailing(path string) {
 // pages of base.
 func newBrowser(t *testing.T, path, base string) *browser {
 	t.Helper()
-	b := &browser{t: t, base: base, dir: screenshotDir(t), step: 15 * time.Second, out: &syncBuffer{}, failing: map[string]bool{}}
+	b := &browser{t: t, base: base, dir: screenshotDir(t), step: 15 * time.Second, out: &testlog.Buffer{}, failing: map[string]bool{}}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path),
 		chromedp.Headless,

@@ -22,6 +22,7 @@ import (
 	"coinpulse"
 	"coinpulse/internal/ratelimit"
 	"coinpulse/internal/sqlite"
+	"coinpulse/internal/testlog"
 )
 
 // The tests here run `coinpulse serve` as separate processes, built once.
@@ -55,14 +56,14 @@ func buildBinary(t *testing.T) string {
 type proc struct {
 	cmd    *exec.Cmd
 	base   string
-	stderr *syncBuffer
+	stderr *testlog.Buffer
 	exited chan error
 }
 
 func startProc(t *testing.T, args ...string) *proc {
 	t.Helper()
 	addr := freeAddr(t)
-	p := &proc{base: "http://" + addr, stderr: &syncBuffer{}, exited: make(chan error, 1)}
+	p := &proc{base: "http://" + addr, stderr: &testlog.Buffer{}, exited: make(chan error, 1)}
 	p.cmd = exec.Command(buildBinary(t), append([]string{"serve", "--addr", addr, "--refresh", "1s", "--demo=false"}, args...)...)
 	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
 	p.cmd.Stderr = p.stderr

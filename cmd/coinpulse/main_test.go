@@ -18,7 +18,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +26,7 @@ import (
 	"coinpulse"
 	"coinpulse/internal/sqlite"
 	"coinpulse/internal/storetest"
+	"coinpulse/internal/testlog"
 )
 
 // cli runs the program with args and an environment, returning stdout and
@@ -135,25 +135,6 @@ func TestOperatorCLI(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the server goroutine to write
-// while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -167,8 +148,8 @@ func freeAddr(t *testing.T) string {
 // server is a running `coinpulse serve`.
 type server struct {
 	base   string
-	stdout *syncBuffer
-	stderr *syncBuffer
+	stdout *testlog.Buffer
+	stderr *testlog.Buffer
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -176,7 +157,7 @@ type server struct {
 func startServe(t *testing.T, args ...string) *server {
 	t.Helper()
 	addr := freeAddr(t)
-	s := &server{base: "http://" + addr, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan error, 1)}
+	s := &server{base: "http://" + addr, stdout: &testlog.Buffer{}, stderr: &testlog.Buffer{}, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	go func() {

@@ -2,7 +2,6 @@ package api
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -11,13 +10,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"coinpulse"
 	"coinpulse/internal/meter"
 	"coinpulse/internal/ratelimit"
+	"coinpulse/internal/testlog"
 )
 
 // The write timeout (Config.WriteTimeout, serve's --write-timeout), through
@@ -53,24 +52,6 @@ func writeServer(t *testing.T, d time.Duration, opts ...func(*Config)) (*Server,
 		cancel()
 	})
 	return srv, ts
-}
-
-// lockedBuffer is a bytes.Buffer for a logger that other goroutines write.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // dialSmall connects to ts with a small receive buffer (when small), and
@@ -123,7 +104,7 @@ func postAfterContinue(t *testing.T, c net.Conn, br *bufio.Reader, key string) (
 // lives. Before the write timeout, Drain waited for it without end.
 func TestWriteTimeoutCutsOffAStalledReader(t *testing.T) {
 	const d = 300 * time.Millisecond
-	var log lockedBuffer
+	var log testlog.Buffer
 	srv, ts := writeServer(t, d, func(c *Config) {
 		c.Log = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})

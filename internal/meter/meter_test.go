@@ -1,13 +1,11 @@
 package meter_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +14,7 @@ import (
 	"coinpulse"
 	"coinpulse/internal/meter"
 	"coinpulse/internal/sqlite"
+	"coinpulse/internal/testlog"
 )
 
 // now is the time of the tests' calls.
@@ -143,26 +142,9 @@ func start(t *testing.T, m *meter.Meter) {
 	})
 }
 
-// logs is a concurrency-safe log buffer.
-type logs struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logs) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logs) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.buf.String(), s)
-}
-
-func newLogger() (*slog.Logger, *logs) {
-	l := &logs{}
+// newLogger returns a logger and what it writes.
+func newLogger() (*slog.Logger, *testlog.Buffer) {
+	l := &testlog.Buffer{}
 	return slog.New(slog.NewTextHandler(l, nil)), l
 }
 
@@ -354,7 +336,7 @@ func TestQueueAndOverflowFullDrops(t *testing.T) {
 	if p := m.Pending(); p != 65 {
 		t.Errorf("Pending = %d, want 65", p)
 	}
-	if n := logged.count("overflow full"); n != 1 {
+	if n := logged.Count("overflow full"); n != 1 {
 		t.Errorf("%d overflow-full logs, want 1", n)
 	}
 	close(store.open)
@@ -430,7 +412,7 @@ func TestRetryLosesNothing(t *testing.T) {
 			if n := store.calls.Load(); n != 3 {
 				t.Errorf("%d writes, want 3 (two failures, then one batch)", n)
 			}
-			if n := logged.count("failed, retrying"); n != 2 {
+			if n := logged.Count("failed, retrying"); n != 2 {
 				t.Errorf("%d retry logs, want 2", n)
 			}
 			if m.Dropped() != 0 {
