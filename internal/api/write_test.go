@@ -323,3 +323,19 @@ func TestEarlyRefusalsDoNotWaitForTheBody(t *testing.T) {
 		})
 	}
 }
+
+// An informational status before the answer (103 Early Hints) does not
+// begin it: the answer's own status is the one recorded, and the write
+// deadline's renewal waits for it.
+func TestInformationalStatusDoesNotBeginTheAnswer(t *testing.T) {
+	rec := httptest.NewRecorder()
+	e := &exchange{ResponseWriter: rec, status: http.StatusOK}
+	e.WriteHeader(http.StatusEarlyHints)
+	if e.wrote {
+		t.Fatal("a 103 began the answer")
+	}
+	e.WriteHeader(http.StatusCreated)
+	if !e.wrote || e.status != http.StatusCreated {
+		t.Fatalf("after 103 then 201: wrote %v, status %d", e.wrote, e.status)
+	}
+}

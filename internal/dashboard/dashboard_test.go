@@ -1068,12 +1068,12 @@ func (e *env) throughAPI(t *testing.T, d time.Duration) *httptest.Server {
 	return hs
 }
 
-// A page's form that is too large or too slow gets its own answer through
-// the API's server, as serve runs it, not a 403 for a CSRF token it could
-// not read; and one too large gets it at once: declared too large, or
-// running over the limit as it comes, its client then stalling, net/http
-// closes the connection rather than read the rest. (It waited for the
-// body's deadline; found by a review.)
+// A page's form that is too large, too slow or unreadable gets its own
+// answer through the API's server, as serve runs it, not a 403 for a CSRF
+// token it could not read; and one too large gets it at once: declared
+// too large, or running over the limit as it comes, its client then
+// stalling, net/http closes the connection rather than read the rest.
+// (It waited for the body's deadline; found by a review.)
 func TestOversizedOrStalledFormAnswered(t *testing.T) {
 	e := newEnv(t, "")
 	patient, impatient := e.throughAPI(t, time.Minute), e.throughAPI(t, 300*time.Millisecond)
@@ -1086,6 +1086,7 @@ func TestOversizedOrStalledFormAnswered(t *testing.T) {
 		{"declared too large", patient, "Content-Length: 1000000\r\n\r\n", http.StatusRequestEntityTooLarge},
 		{"too large as it arrives", patient, "Transfer-Encoding: chunked\r\n\r\n11800\r\n" + strings.Repeat("x", 70<<10) + "\r\n", http.StatusRequestEntityTooLarge},
 		{"stalled", impatient, "Content-Length: 100\r\n\r\nemail=", http.StatusRequestTimeout},
+		{"unreadable", patient, "Content-Length: 3\r\n\r\n%zz", http.StatusBadRequest},
 	} {
 		conn, err := net.Dial("tcp", c.hs.Listener.Addr().String())
 		if err != nil {
