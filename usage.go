@@ -21,6 +21,15 @@ type Call struct {
 	Counted bool
 }
 
+// Admitted is a change to the calls the rate limiter has admitted to a
+// user's plan in a calendar month: calls admitted (positive), or given
+// back for failing with a 5xx (negative).
+type Admitted struct {
+	UserID int64
+	Month  time.Time // the month's first instant, UTC
+	Calls  int64
+}
+
 // KeyUsage is one key's metered calls: every call of the key, counted or
 // not (live and sandbox, /usage and 5xx answers included).
 type KeyUsage struct {
@@ -81,6 +90,16 @@ type UsageStore interface {
 	// MonthCalls returns the user's counted calls in the calendar month
 	// starting at monthStart.
 	MonthCalls(ctx context.Context, userID int64, monthStart time.Time) (int64, error)
+	// AddAdmitted adds each change to its user's month of admitted calls,
+	// in one transaction. Changes of users that do not exist are left
+	// out. Each user of the changes keeps two months: those before the
+	// one preceding the newest month of the user's changes are removed.
+	AddAdmitted(ctx context.Context, changes []Admitted) error
+	// MonthAdmitted returns the user's admitted calls in the calendar
+	// month starting at monthStart (the sum of the changes added, never
+	// below 0). The meters add a call when it is admitted, before it is
+	// answered and metered, so it counts calls MonthCalls does not yet.
+	MonthAdmitted(ctx context.Context, userID int64, monthStart time.Time) (int64, error)
 	// MarkMonth records that the rate limiter has seeded the user's
 	// calendar month starting at monthStart, and reports whether it had
 	// been recorded before: a month seeded again (Redis lost its count)

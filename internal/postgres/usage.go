@@ -206,6 +206,55 @@ func (db *DB) MonthCalls(ctx context.Context, userID int64, monthStart time.Time
 	return n, nil
 }
 
+// AddAdmitted adds each change to its user's month of admitted calls (see
+// coinpulse.UsageStore), in one transaction, upserting rows in (user,
+// month) order so that concurrent writers cannot deadlock on them. It
+// returns the database's error, if any.
+func (db *DB) AddAdmitted(ctx context.Context, changes []coinpulse.Admitted) error {
+	rows, users, cutoffs := rollup.AdmittedRows(changes)
+	if len(rows) == 0 {
+		return nil
+	}
+	ids, months, calls := make([]int64, len(rows)), make([]time.Time, len(rows)), make([]int64, len(rows))
+	for i, r := range rows {
+		ids[i], months[i], calls[i] = r.UserID, r.Month, r.Calls
+	}
+	err := db.Transact(ctx, func(tx pgx.Tx) error {
+		var batch pgx.Batch
+		// WITH ORDINALITY and ORDER BY: rows are upserted in the order
+		// given.
+		batch.Queue(`
+			INSERT INTO month_admitted (user_id, month, calls)
+			SELECT c.user_id, c.month, c.calls
+			FROM unnest($1::bigint[], $2::timestamptz[], $3::bigint[]) WITH ORDINALITY AS c (user_id, month, calls, ord)
+			JOIN users ON users.id = c.user_id
+			ORDER BY c.ord
+			ON CONFLICT (user_id, month) DO UPDATE SET calls = month_admitted.calls + excluded.calls`,
+			ids, months, calls)
+		batch.Queue(`
+			DELETE FROM month_admitted AS m USING unnest($1::bigint[], $2::timestamptz[]) AS c (user_id, cutoff)
+			WHERE m.user_id = c.user_id AND m.month < c.cutoff`, users, cutoffs)
+		return tx.SendBatch(ctx, &batch).Close()
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: add admitted calls: %w", err)
+	}
+	return nil
+}
+
+// MonthAdmitted returns the user's admitted calls in the month starting at
+// monthStart (see coinpulse.UsageStore). It returns the database's error,
+// if any.
+func (db *DB) MonthAdmitted(ctx context.Context, userID int64, monthStart time.Time) (int64, error) {
+	var n int64
+	err := db.pool.QueryRow(ctx, `SELECT coalesce(max(greatest(calls, 0)), 0)::bigint FROM month_admitted WHERE user_id = $1 AND month = $2`,
+		userID, monthStart).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: month admitted: %w", err)
+	}
+	return n, nil
+}
+
 // MarkMonth records that the rate limiter has seeded the user's month
 // starting at monthStart and reports whether it had before (see
 // coinpulse.UsageStore), removing the user's marks older than the month

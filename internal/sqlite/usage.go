@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -309,6 +310,74 @@ func (db *DB) MonthCalls(ctx context.Context, userID int64, monthStart time.Time
 		userID, micros(monthStart), micros(monthStart.AddDate(0, 1, 0))).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: month calls: %w", err)
+	}
+	return n, nil
+}
+
+// AddAdmitted adds each change to its user's month of admitted calls (see
+// coinpulse.UsageStore), in one transaction. It returns the database's
+// error, if any.
+func (db *DB) AddAdmitted(ctx context.Context, changes []coinpulse.Admitted) error {
+	if len(changes) == 0 {
+		return nil
+	}
+	rows, users, cutoffs := rollup.AdmittedRows(changes)
+	if len(rows) == 0 {
+		return nil
+	}
+	err := db.Transact(ctx, func(tx *sql.Tx) error {
+		var b strings.Builder
+		b.WriteByte('[')
+		for i, r := range rows {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, "[%d,%d,%d]", r.UserID, micros(r.Month), r.Calls)
+		}
+		b.WriteByte(']')
+		if _, err := tx.ExecContext(ctx, `
+			INSERT INTO month_admitted (user_id, month, calls)
+			SELECT json_extract(c.value, '$[0]'), json_extract(c.value, '$[1]'), json_extract(c.value, '$[2]')
+			FROM json_each(?) AS c JOIN users ON users.id = json_extract(c.value, '$[0]')
+			WHERE true
+			ON CONFLICT (user_id, month) DO UPDATE SET calls = month_admitted.calls + excluded.calls`,
+			b.String()); err != nil {
+			return err
+		}
+		b.Reset()
+		b.WriteByte('[')
+		for i, u := range users {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, "[%d,%d]", u, micros(cutoffs[i]))
+		}
+		b.WriteByte(']')
+		_, err := tx.ExecContext(ctx, `
+			DELETE FROM month_admitted WHERE EXISTS (
+				SELECT 1 FROM json_each(?) AS c
+				WHERE json_extract(c.value, '$[0]') = month_admitted.user_id AND month_admitted.month < json_extract(c.value, '$[1]'))`,
+			b.String())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: add admitted calls: %w", err)
+	}
+	return nil
+}
+
+// MonthAdmitted returns the user's admitted calls in the month starting at
+// monthStart (see coinpulse.UsageStore). It returns the database's error,
+// if any.
+func (db *DB) MonthAdmitted(ctx context.Context, userID int64, monthStart time.Time) (int64, error) {
+	var n int64
+	err := db.db.QueryRowContext(ctx, `SELECT coalesce(max(calls, 0), 0) FROM month_admitted WHERE user_id = ? AND month = ?`,
+		userID, micros(monthStart)).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: month admitted: %w", err)
 	}
 	return n, nil
 }

@@ -75,6 +75,7 @@ func Run(t *testing.T, open func(t *testing.T) coinpulse.Store) {
 		{"Usage/CountedOnly", testUsageCounted},
 		{"Usage/MonthBoundary", testUsageMonthBoundary},
 		{"Usage/MarkMonth", testUsageMarkMonth},
+		{"Usage/Admitted", testUsageAdmitted},
 		{"Usage/Daily", testUsageDaily},
 		{"Usage/Percentiles", testUsagePercentiles},
 		{"Usage/Keys", testUsageKeys},

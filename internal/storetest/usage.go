@@ -299,6 +299,72 @@ func testUsageMonthBoundary(t *testing.T, s coinpulse.Store) {
 // A month is marked once per user: the first MarkMonth says it was not
 // before, every later one that it was, for that user and month only. A
 // mark lives through the next month and goes in the one after.
+func testUsageAdmitted(t *testing.T, s coinpulse.Store) {
+	a := newUser(t, s, "admitted-a@example.com")
+	b := newUser(t, s, "admitted-b@example.com")
+	march := time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC)
+	april, may := march.AddDate(0, 1, 0), march.AddDate(0, 2, 0)
+	add := func(changes ...coinpulse.Admitted) {
+		t.Helper()
+		if err := s.AddAdmitted(t.Context(), changes); err != nil {
+			t.Fatalf("AddAdmitted(%v): %v", changes, err)
+		}
+	}
+	want := func(u *coinpulse.User, month time.Time, n int64) {
+		t.Helper()
+		got, err := s.MonthAdmitted(t.Context(), u.ID, month)
+		if err != nil || got != n {
+			t.Errorf("MonthAdmitted(%s, %s) = %d, %v; want %d", u.Email, month.Format("2006-01"), got, err, n)
+		}
+	}
+	want(a, march, 0)
+	add() // nothing to add
+	// Changes add up, also within one batch, whatever instant of the
+	// month they name; a user that does not exist is left out.
+	add(coinpulse.Admitted{UserID: a.ID, Month: march, Calls: 3},
+		coinpulse.Admitted{UserID: b.ID, Month: march.Add(40 * time.Hour), Calls: 5},
+		coinpulse.Admitted{UserID: a.ID, Month: march, Calls: 2},
+		coinpulse.Admitted{UserID: 1 << 40, Month: march, Calls: 7})
+	want(a, march, 5)
+	want(b, march, 5)
+	add(coinpulse.Admitted{UserID: a.ID, Month: march, Calls: -1}, coinpulse.Admitted{UserID: a.ID, Month: april, Calls: 4})
+	want(a, march, 4)
+	want(a, april, 4)
+	want(b, april, 0)
+	// More given back than admitted reads as 0.
+	add(coinpulse.Admitted{UserID: b.ID, Month: march, Calls: -9})
+	want(b, march, 0)
+	// A change of May removes a's months before April; b's stay.
+	add(coinpulse.Admitted{UserID: a.ID, Month: may, Calls: 1})
+	want(a, march, 0)
+	want(a, april, 4)
+	want(a, may, 1)
+	add(coinpulse.Admitted{UserID: b.ID, Month: march, Calls: 10})
+	want(b, march, 6) // the sum, 5 − 9 + 10
+
+	// Concurrent batches over the same rows, in any order, lose nothing
+	// and do not deadlock.
+	c := newUser(t, s, "admitted-c@example.com")
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			changes := []coinpulse.Admitted{{UserID: c.ID, Month: march, Calls: 1}, {UserID: a.ID, Month: may, Calls: 1}}
+			if i%2 == 1 {
+				changes[0], changes[1] = changes[1], changes[0]
+			}
+			for range 5 {
+				if err := s.AddAdmitted(t.Context(), changes); err != nil {
+					t.Errorf("AddAdmitted: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	want(c, march, 40)
+	want(a, may, 41)
+}
+
 func testUsageMarkMonth(t *testing.T, s coinpulse.Store) {
 	a := newUser(t, s, "mark-a@example.com")
 	b := newUser(t, s, "mark-b@example.com")

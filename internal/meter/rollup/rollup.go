@@ -20,6 +20,7 @@
 package rollup
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"time"
@@ -462,4 +463,44 @@ func Since(now time.Time) time.Time {
 func MonthStart(t time.Time) time.Time {
 	y, m, _ := t.UTC().Date()
 	return time.Date(y, m, 1, 0, 0, 0, 0, time.UTC)
+}
+
+// AdmittedRows sums changes of admitted calls by user and month, as a
+// store adds them: rows in (user, month) order (so concurrent writers
+// lock them in one order), without the sums of 0; and, for each user of
+// changes (ascending), the cutoff before which the user's months are
+// removed: the month before the newest month of the user's changes.
+func AdmittedRows(changes []coinpulse.Admitted) (rows []coinpulse.Admitted, users []int64, cutoffs []time.Time) {
+	type month struct {
+		user int64
+		at   int64
+	}
+	sums := make(map[month]int64, len(changes))
+	newest := make(map[int64]time.Time)
+	for _, c := range changes {
+		m := coinpulse.MonthStart(c.Month)
+		sums[month{c.UserID, m.UnixMicro()}] += c.Calls
+		if n, ok := newest[c.UserID]; !ok || m.After(n) {
+			newest[c.UserID] = m
+		}
+	}
+	for m, n := range sums {
+		if n != 0 {
+			rows = append(rows, coinpulse.Admitted{UserID: m.user, Month: time.UnixMicro(m.at).UTC(), Calls: n})
+		}
+	}
+	slices.SortFunc(rows, func(a, b coinpulse.Admitted) int {
+		if a.UserID != b.UserID {
+			return cmp.Compare(a.UserID, b.UserID)
+		}
+		return a.Month.Compare(b.Month)
+	})
+	for u := range newest {
+		users = append(users, u)
+	}
+	slices.Sort(users)
+	for _, u := range users {
+		cutoffs = append(cutoffs, newest[u].AddDate(0, -1, 0))
+	}
+	return rows, users, cutoffs
 }
