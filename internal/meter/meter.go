@@ -13,8 +13,17 @@
 // memory only while it is in use; past the overflow's size Record drops
 // calls (counted by Dropped) rather than blocking requests.
 //
+// Admitted counts, per user and month, the calls admitted to a plan (and
+// given back), which Run adds to the store (AddAdmitted) with the next
+// batch, before its calls: the store's count of a month's admitted calls
+// is then never behind its metered calls, and is behind the calls
+// admitted by at most Interval. A Redis limiter that lost its count
+// seeds it from there after waiting an Interval, so that the calls still
+// being answered, which no batch holds yet, are counted too.
+//
 // Shutdown: stop serving requests, then call Close, which drains: every
-// call Recorded before Close began is written before it returns nil. So a
+// call Recorded before Close began, and every admission counted, is
+// written before it returns nil. So a
 // graceful shutdown loses nothing, a crash at most the calls of the last
 // Interval while a write takes less than a poll: a batch's timer counts
 // from when the queue was last seen empty, so calls queued during a write
@@ -98,6 +107,12 @@ type Meter struct {
 	overflow []coinpulse.Call
 	overLen  atomic.Int64 // len(overflow), for Pending
 
+	// admits holds the counts of Admitted not yet taken for a write, by
+	// user and month, sharded by user so that concurrent calls seldom
+	// wait on one lock; admitDirty is set once a count is added.
+	admits     [admitShards]admitShard
+	admitDirty atomic.Bool
+
 	closeMu sync.Mutex // serializes Close
 
 	mu       sync.Mutex
@@ -105,7 +120,21 @@ type Meter struct {
 	stop     chan struct{}    // closed by Close
 	runDone  chan struct{}    // closed when the running Run returns; nil when none runs
 	leftover []coinpulse.Call // the batch Run had in hand when it returned
+	// leftAdmits are the counts Run had in hand when it returned.
+	leftAdmits []coinpulse.Admitted
 }
+
+// admitShards is the number of shards of the admission counts.
+const admitShards = 16
+
+type admitShard struct {
+	mu sync.Mutex
+	n  map[admitKey]int64
+	_  [48]byte // a shard to a cache line: shards do not share one
+}
+
+// admitKey is a user and a month (its first instant, Unix seconds).
+type admitKey struct{ user, month int64 }
 
 // New returns a Meter writing to store and logging to log (slog.Default()
 // when nil). Start its batcher with Run.
@@ -157,6 +186,47 @@ func (m *Meter) Record(c coinpulse.Call) {
 	}
 	m.overMu.Unlock()
 	m.drop(1, "meter: queue and overflow full, dropping calls")
+}
+
+// Admitted counts delta calls (1 for a call admitted, −1 for one given
+// back) to userID's month starting at month, for the next write. It
+// never blocks on the store, and allocates only for a user and month new
+// since the last write.
+func (m *Meter) Admitted(userID int64, month time.Time, delta int64) {
+	sh := &m.admits[uint64(userID)%admitShards]
+	k := admitKey{userID, month.Unix()}
+	sh.mu.Lock()
+	if sh.n == nil {
+		sh.n = make(map[admitKey]int64)
+	}
+	sh.n[k] += delta
+	sh.mu.Unlock()
+	// After the count: a write that finds the flag set, and clears it,
+	// takes the count (see takeAdmitted).
+	if !m.admitDirty.Load() {
+		m.admitDirty.Store(true)
+	}
+}
+
+// takeAdmitted appends the counts of Admitted to adm and resets them.
+// The flag is cleared first: a count added after a shard was read sets
+// it again, for the next write.
+func (m *Meter) takeAdmitted(adm []coinpulse.Admitted) []coinpulse.Admitted {
+	if !m.admitDirty.Swap(false) {
+		return adm
+	}
+	for i := range m.admits {
+		sh := &m.admits[i]
+		sh.mu.Lock()
+		for k, n := range sh.n {
+			if n != 0 {
+				adm = append(adm, coinpulse.Admitted{UserID: k.user, Month: time.Unix(k.month, 0).UTC(), Calls: n})
+			}
+		}
+		clear(sh.n)
+		sh.mu.Unlock()
+	}
+	return adm
 }
 
 // takeOverflow moves up to n calls from the overflow to batch.
@@ -215,12 +285,12 @@ func (m *Meter) Run(ctx context.Context) error {
 	}
 	done := make(chan struct{})
 	m.runDone = done
-	batch := m.leftover
-	m.leftover = nil
+	batch, adm := m.leftover, m.leftAdmits
+	m.leftover, m.leftAdmits = nil, nil
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
-		m.leftover = batch
+		m.leftover, m.leftAdmits = batch, adm
 		m.runDone = nil
 		m.mu.Unlock()
 		close(done)
@@ -241,7 +311,7 @@ func (m *Meter) Run(ctx context.Context) error {
 	timer.Stop()
 	defer timer.Stop()
 	var due <-chan time.Time // the running timer's channel, nil when none runs
-	if len(batch) > 0 {
+	if len(batch) > 0 || len(adm) > 0 {
 		timer.Reset(wait)
 		due = timer.C
 	}
@@ -255,7 +325,10 @@ func (m *Meter) Run(ctx context.Context) error {
 		if flush || len(batch) >= m.opts.MaxBatch {
 			batch = m.valid(batch)
 			m.held.Store(int64(len(batch)))
-			switch err := m.write(ctx, batch, m.stop); {
+			// Taken after the batch's calls: each was admitted before
+			// it was Recorded, so its admission is in adm or written.
+			adm = m.takeAdmitted(adm)
+			switch err := m.write(ctx, batch, &adm, m.stop); {
 			case errors.Is(err, errStopped):
 				return nil
 			case err != nil:
@@ -284,7 +357,7 @@ func (m *Meter) Run(ctx context.Context) error {
 				}
 			}
 			batch = m.takeOverflow(batch, m.opts.MaxBatch-len(batch))
-			if len(batch) > 0 && due == nil {
+			if (len(batch) > 0 || m.admitDirty.Load()) && due == nil {
 				timer.Reset(max(time.Until(drained.Add(wait)), 0))
 				due = timer.C
 			}
@@ -328,12 +401,12 @@ func (m *Meter) Close(ctx context.Context) error {
 	}
 
 	m.mu.Lock()
-	batch := m.leftover
-	m.leftover = nil
+	batch, adm := m.leftover, m.leftAdmits
+	m.leftover, m.leftAdmits = nil, nil
 	m.mu.Unlock()
 	// Every call Recorded before Close began is in batch, among the n
 	// first queued or in the overflow; nothing but Close takes from them
-	// now.
+	// now. Every admission counted before is in adm or the counts.
 	n := len(m.queue)
 	for {
 		for n > 0 && len(batch) < m.opts.MaxBatch {
@@ -343,12 +416,13 @@ func (m *Meter) Close(ctx context.Context) error {
 		batch = m.takeOverflow(batch, m.opts.MaxBatch-len(batch))
 		batch = m.valid(batch)
 		m.held.Store(int64(len(batch)))
-		if len(batch) == 0 && n == 0 && m.overLen.Load() == 0 {
+		adm = m.takeAdmitted(adm)
+		if len(batch) == 0 && len(adm) == 0 && n == 0 && m.overLen.Load() == 0 {
 			return nil
 		}
-		if err := m.write(ctx, batch, nil); err != nil {
+		if err := m.write(ctx, batch, &adm, nil); err != nil {
 			m.mu.Lock()
-			m.leftover = batch
+			m.leftover, m.leftAdmits = batch, adm
 			m.mu.Unlock()
 			err = fmt.Errorf("meter: close: %d calls not written: %w", len(batch)+n, err)
 			m.log.Error("meter: calls not written", "calls", len(batch)+n, "err", err)
@@ -374,18 +448,27 @@ func (m *Meter) valid(batch []coinpulse.Call) []coinpulse.Call {
 	return valid
 }
 
-// write stores batch, retrying with backoff until it succeeds, ctx is done
-// (ctx's error) or stop is closed (errStopped; Run passes the meter's,
-// Close nil); the batch is then still unwritten. A batch the store rejects
-// as invalid is dropped (counted and logged), for retrying it could never
-// succeed.
-func (m *Meter) write(ctx context.Context, batch []coinpulse.Call, stop <-chan struct{}) error {
-	if len(batch) == 0 {
+// write stores the counts *adm, then batch, retrying with backoff until
+// both are written, ctx is done (ctx's error) or stop is closed
+// (errStopped; Run passes the meter's, Close nil); what is unwritten is
+// then still in *adm (emptied once written) and batch. A batch the store
+// rejects as invalid is dropped (counted and logged), for retrying it
+// could never succeed.
+func (m *Meter) write(ctx context.Context, batch []coinpulse.Call, adm *[]coinpulse.Admitted, stop <-chan struct{}) error {
+	if len(batch) == 0 && len(*adm) == 0 {
 		return nil
 	}
 	delay := retryMin
 	for attempt := 1; ; attempt++ {
-		err := m.store.RecordCalls(ctx, batch)
+		var err error
+		if len(*adm) > 0 {
+			if err = m.store.AddAdmitted(ctx, *adm); err == nil {
+				*adm = (*adm)[:0]
+			}
+		}
+		if err == nil {
+			err = m.store.RecordCalls(ctx, batch)
+		}
 		if err == nil {
 			if attempt > 1 {
 				m.log.Info("meter: calls written after retrying", "calls", len(batch), "attempts", attempt)

@@ -370,6 +370,116 @@ func TestCloseDrainsTheOverflow(t *testing.T) {
 	}
 }
 
+// march is the month of now.
+var march = time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC)
+
+// admitted returns the store's admitted calls of a's user in March.
+func admitted(t *testing.T, db *sqlite.DB, a account) int64 {
+	t.Helper()
+	n, err := db.MonthAdmitted(t.Context(), a.user.ID, march)
+	if err != nil {
+		t.Fatalf("MonthAdmitted: %v", err)
+	}
+	return n
+}
+
+// Admission counts are written within an Interval, with or without calls
+// to write, and summed by user and month; Close writes those left.
+func TestAdmittedWritten(t *testing.T) {
+	db := openStore(t)
+	accounts := newAccounts(t, db, 2)
+	m := meter.New(db, nil, meter.Options{Interval: 10 * time.Millisecond})
+	start(t, m)
+	for range 3 {
+		m.Admitted(accounts[0].user.ID, march, 1)
+	}
+	m.Admitted(accounts[0].user.ID, march, -1)
+	m.Admitted(accounts[1].user.ID, march, 1)
+	waitFor(t, "the counts to be written", func() bool {
+		return admitted(t, db, accounts[0]) == 2 && admitted(t, db, accounts[1]) == 1
+	})
+	m.Admitted(accounts[1].user.ID, march, 1)
+	m.Record(call(accounts[1].keys[0], 1))
+	waitFor(t, "the counts to be written with a call", func() bool {
+		return admitted(t, db, accounts[1]) == 2 && monthCalls(t, db, accounts) == 1
+	})
+	m.Admitted(accounts[0].user.ID, march, 5)
+	if err := m.Close(t.Context()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if a, b := admitted(t, db, accounts[0]), admitted(t, db, accounts[1]); a != 7 || b != 2 {
+		t.Errorf("admitted %d and %d after Close, want 7 and 2", a, b)
+	}
+}
+
+// admitStore fails its first failures AddAdmitted and records whether
+// RecordCalls ever ran before them.
+type admitStore struct {
+	coinpulse.UsageStore
+	failures atomic.Int32
+	admits   atomic.Int32
+	early    atomic.Bool // RecordCalls ran while an AddAdmitted had failed last
+	failing  atomic.Bool
+}
+
+func (s *admitStore) AddAdmitted(ctx context.Context, changes []coinpulse.Admitted) error {
+	s.admits.Add(1)
+	if s.failures.Add(-1) >= 0 {
+		s.failing.Store(true)
+		return errors.New("database is locked")
+	}
+	s.failing.Store(false)
+	return s.UsageStore.AddAdmitted(ctx, changes)
+}
+
+func (s *admitStore) RecordCalls(ctx context.Context, calls []coinpulse.Call) error {
+	if s.failing.Load() {
+		s.early.Store(true)
+	}
+	return s.UsageStore.RecordCalls(ctx, calls)
+}
+
+// A batch's admission counts are written before its calls, so the store
+// never counts fewer calls admitted than metered; a failed write of
+// either is retried without counting an admission twice.
+func TestAdmittedRetried(t *testing.T) {
+	for _, failing := range []string{"admitted", "calls"} {
+		t.Run(failing, func(t *testing.T) {
+			db := openStore(t)
+			accounts := newAccounts(t, db, 1)
+			var store coinpulse.UsageStore
+			as := &admitStore{UsageStore: db}
+			fs := &flakyStore{UsageStore: as}
+			if failing == "admitted" {
+				as.failures.Store(2)
+				store = as
+			} else {
+				fs.failures.Store(2)
+				store = fs
+			}
+			m := meter.New(store, nil, meter.Options{Interval: 10 * time.Millisecond})
+			start(t, m)
+			for i := range 3 {
+				m.Admitted(accounts[0].user.ID, march, 1)
+				m.Record(call(accounts[0].keys[0], i))
+			}
+			waitFor(t, "the calls to be written", func() bool { return m.Pending() == 0 })
+			if err := m.Close(t.Context()); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			if n, calls := admitted(t, db, accounts[0]), monthCalls(t, db, accounts); n != 3 || calls != 3 {
+				t.Errorf("admitted %d, metered %d; want 3 and 3", n, calls)
+			}
+			if as.early.Load() {
+				t.Error("calls written while their admissions were not")
+			}
+			if failing == "admitted" && as.admits.Load() < 3 {
+				t.Errorf("%d AddAdmitted, want at least 3 (two failures)", as.admits.Load())
+			}
+		})
+	}
+}
+
 // flakyStore fails its first failures writes.
 type flakyStore struct {
 	coinpulse.UsageStore
@@ -514,6 +624,36 @@ func TestRecordDoesNotAllocate(t *testing.T) {
 type nopStore struct{ coinpulse.UsageStore }
 
 func (nopStore) RecordCalls(context.Context, []coinpulse.Call) error { return nil }
+
+func (nopStore) AddAdmitted(context.Context, []coinpulse.Admitted) error { return nil }
+
+// Admitted allocates nothing for a user and month it has counted since
+// the last write.
+func TestAdmittedDoesNotAllocate(t *testing.T) {
+	m := meter.New(nopStore{}, slog.New(slog.DiscardHandler), meter.Options{})
+	m.Admitted(1, march, 1)
+	if n := testing.AllocsPerRun(500, func() { m.Admitted(1, march, 1) }); n != 0 {
+		t.Errorf("Admitted: %v allocs, want 0", n)
+	}
+}
+
+// BenchmarkAdmittedParallel measures counting admitted calls, the other
+// hot path, from many goroutines over 1,000 users.
+func BenchmarkAdmittedParallel(b *testing.B) {
+	m := meter.New(nopStore{}, slog.New(slog.DiscardHandler), meter.Options{Interval: 10 * time.Millisecond})
+	go m.Run(b.Context())
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		user := next.Add(1) * 997
+		for pb.Next() {
+			user++
+			m.Admitted(user%1000, march, 1)
+		}
+	})
+	b.StopTimer()
+	m.Close(context.Background())
+}
 
 // BenchmarkRecord measures the hot path: one call into the queue, drained
 // by Run into a store that does nothing; dropped/op should be 0.
