@@ -17,7 +17,13 @@ import (
 
 // Meter takes admitted calls off the request path (internal/meter).
 type Meter interface {
+	// Record meters a call once it is answered.
 	Record(coinpulse.Call)
+	// Admitted counts a call admitted to a user's plan in the month
+	// starting at month (delta 1) when it is admitted, or gives it back
+	// (−1) when the limiter does, so that the store knows of it before it
+	// is answered (see internal/meter).
+	Admitted(userID int64, month time.Time, delta int64)
 }
 
 // DefaultSandboxLimits is the abuse limit sandbox calls (and /usage) are
@@ -44,16 +50,30 @@ type monthSpan struct{ start, end int64 }
 // CPU profile under load.
 var lastMonth atomic.Pointer[monthSpan]
 
-// monthSeconds is the length in seconds of now's calendar month (UTC).
-func monthSeconds(now time.Time) int64 {
+// monthOf returns now's calendar month (UTC).
+func monthOf(now time.Time) *monthSpan {
 	u := now.Unix()
 	if m := lastMonth.Load(); m != nil && u >= m.start && u < m.end {
-		return m.end - m.start
+		return m
 	}
 	start := coinpulse.MonthStart(now)
 	m := &monthSpan{start: start.Unix(), end: start.AddDate(0, 1, 0).Unix()}
 	lastMonth.Store(m)
+	return m
+}
+
+// monthSeconds is the length in seconds of now's calendar month (UTC).
+func monthSeconds(now time.Time) int64 {
+	m := monthOf(now)
 	return m.end - m.start
+}
+
+// admittedToPlan counts with the meter a call of p admitted at at to its
+// plan (delta 1), or given back (−1).
+func (s *Server) admittedToPlan(p *principal, at time.Time, delta int64) {
+	if s.meterer != nil {
+		s.meterer.Admitted(p.user.ID, time.Unix(monthOf(at).start, 0), delta)
+	}
 }
 
 // limit holds a keyed call to its account's limits: the plan's allowance
@@ -87,6 +107,9 @@ func (s *Server) limit(e *exchange, r *http.Request, rt Route) error {
 	if v.Allowed {
 		e.admission = v.Admission()
 		e.admission.At = now
+		if account == e.principal.live {
+			s.admittedToPlan(e.principal, now, 1)
+		}
 	} else {
 		secs := int64((v.RetryAfter + time.Second - 1) / time.Second)
 		e.Header().Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
@@ -399,6 +422,7 @@ func (s *Server) giveBack(e *exchange, r *http.Request, rt Route) {
 		s.log.Warn("rate limit refund failed", "err", err, "request_id", e.id)
 		return
 	}
+	s.admittedToPlan(p, e.admission.At, -1)
 	if !e.wrote {
 		s.peekHeaders(e, r)
 	}

@@ -347,6 +347,9 @@ func TestServerFailuresAreGivenBack(t *testing.T) {
 			if len(usage.Recent) != 2 || usage.Recent[1].Route != "/api/v1/portfolio" || usage.Recent[1].Status != 500 {
 				t.Errorf("recent %+v, want the global call after the portfolio 500", usage.Recent)
 			}
+			// The meter counted both calls admitted, and the 500 given
+			// back; /usage, a free call, is not the plan's.
+			waitAdmitted(t, u, srv.clock(), 1)
 		})
 	}
 }
@@ -371,6 +374,69 @@ func TestCallWithAFailedWriteIsMetered(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Errorf("MonthCalls = %d, %v; want 1", n, err)
 	}
+	waitAdmitted(t, u, srv.clock(), 1)
+}
+
+// waitAdmitted waits until the store counts want calls admitted to u's
+// plan in the month of now.
+func waitAdmitted(t *testing.T, u *coinpulse.User, now time.Time, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := shared.store.MonthAdmitted(context.Background(), u.ID, coinpulse.MonthStart(now))
+		if err == nil && n == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("MonthAdmitted = %d, %v after 10 s; want %d", n, err, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// blockedStore is the shared store whose Portfolios waits until open is
+// closed, having said so on entered.
+type blockedStore struct {
+	coinpulse.Store
+	entered chan struct{}
+	open    chan struct{}
+}
+
+func (b blockedStore) Portfolios(ctx context.Context, o coinpulse.Owner) ([]coinpulse.Portfolio, error) {
+	b.entered <- struct{}{}
+	<-b.open
+	return b.Store.Portfolios(ctx, o)
+}
+
+// A call admitted to the plan is counted in the store while it is still
+// being answered, before it is metered: a Redis limiter that lost its
+// count seeds it from there (see internal/meter). Sandbox calls are not.
+func TestAdmittedCountedBeforeTheAnswer(t *testing.T) {
+	t.Parallel()
+	store := blockedStore{Store: testServer(t).store, entered: make(chan struct{}), open: make(chan struct{})}
+	srv := newLimitedServerOn(t, nil, 0, store)
+	u := newUser(t, coinpulse.TierPremium, nil)
+	key, _ := newKey(t, u, coinpulse.ModeLive, rw, nil)
+	sandbox, _ := newKey(t, u, coinpulse.ModeTest, rw, nil)
+	if res := do(t, srv.Server, "GET", "/api/v1/markets/global", sandbox); res.Status != 200 {
+		t.Fatalf("sandbox call: %d", res.Status)
+	}
+	done := make(chan int)
+	go func() { done <- do(t, srv.Server, "GET", "/api/v1/portfolio", key).Status }()
+	<-store.entered
+	waitAdmitted(t, u, srv.clock(), 1)
+	if n, err := shared.store.MonthCalls(context.Background(), u.ID, coinpulse.MonthStart(srv.clock())); err != nil || n != 0 {
+		t.Errorf("MonthCalls = %d, %v while the call is answered; want 0", n, err)
+	}
+	close(store.open)
+	if status := <-done; status != 200 {
+		t.Fatalf("status %d", status)
+	}
+	srv.flush(t)
+	if n, err := shared.store.MonthCalls(context.Background(), u.ID, coinpulse.MonthStart(srv.clock())); err != nil || n != 1 {
+		t.Errorf("MonthCalls = %d, %v once answered; want 1", n, err)
+	}
+	waitAdmitted(t, u, srv.clock(), 1)
 }
 
 // A call is metered at the instant the limiter admitted it, by the
@@ -524,10 +590,18 @@ func TestDrainWaitsForRunningCalls(t *testing.T) {
 	}
 }
 
-// recordingMeter keeps the calls it is given.
+// recordingMeter keeps the calls it is given, and the sum of the
+// admission counts.
 type recordingMeter struct {
-	mu    sync.Mutex
-	calls []coinpulse.Call
+	mu       sync.Mutex
+	calls    []coinpulse.Call
+	admitted int64
+}
+
+func (m *recordingMeter) Admitted(_ int64, _ time.Time, delta int64) {
+	m.mu.Lock()
+	m.admitted += delta
+	m.mu.Unlock()
 }
 
 func (m *recordingMeter) Record(c coinpulse.Call) {
