@@ -378,8 +378,11 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 var withBenchHeaders func(http.Handler, *slog.Logger) http.Handler
 
 // newLimiter returns the limiter cfg asks for: Redis when --redis is set,
-// else in-process. Either seeds a month's count from the metered calls in
-// the store, so that a restart resets nobody's allowance.
+// else in-process. Either seeds a month's count from the store, so that a
+// restart resets nobody's allowance: from the calls the meters counted
+// admitted to the plan, which include those still being answered, or the
+// metered calls if more (a month metered before the admitted calls were
+// counted, or whose last counts a crash lost).
 func newLimiter(ctx context.Context, cfg serveConfig, store coinpulse.Store, log *slog.Logger) (coinpulse.Limiter, func(), error) {
 	user := func(account string) (int64, bool) {
 		id, err := strconv.ParseInt(strings.TrimPrefix(account, "u"), 10, 64)
@@ -390,7 +393,12 @@ func newLimiter(ctx context.Context, cfg serveConfig, store coinpulse.Store, log
 		if !ok {
 			return 0, nil // sandbox accounts have no monthly allowance
 		}
-		return store.MonthCalls(ctx, id, month)
+		metered, err := store.MonthCalls(ctx, id, month)
+		if err != nil {
+			return 0, err
+		}
+		admitted, err := store.MonthAdmitted(ctx, id, month)
+		return max(metered, admitted), err
 	}
 	if cfg.redis == "" {
 		log.Info("rate limits in process (one node); use --redis to share them between nodes")

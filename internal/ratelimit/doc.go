@@ -75,7 +75,10 @@
 // the first since the process or Redis restarted, or since Redis evicted
 // the key) is seeded once from the Seed given to the constructor: the main
 // database's count of the account's calls this month, so that a restart
-// does not hand anyone a fresh quota. A nil Seed means 0. A Seed error is
+// does not hand anyone a fresh quota. (serve's Seed reads the calls the
+// meters counted when the limiter admitted them, which include calls
+// still being answered, or the metered calls if more; see
+// internal/meter.) A nil Seed means 0. A Seed error is
 // returned by the Allow or Peek that needed it, and nothing is counted.
 // Within one process the calls that need the same seed at the same time
 // share one Seed call; on Redis, nodes that seed the same month at once
