@@ -96,9 +96,13 @@ type UsageStore interface {
 	// one preceding the newest month of the user's changes are removed.
 	AddAdmitted(ctx context.Context, changes []Admitted) error
 	// MonthAdmitted returns the user's admitted calls in the calendar
-	// month starting at monthStart (the sum of the changes added, never
-	// below 0). The meters add a call when it is admitted, before it is
-	// answered and metered, so it counts calls MonthCalls does not yet.
+	// month starting at monthStart: the sum of the changes added, plus
+	// the month's calls MonthCalls counted when its first change was
+	// added (those of a month begun before the meters counted
+	// admissions; none otherwise, since the meters add a call's
+	// admission before they meter the call), never below 0. The meters
+	// add a call when it is admitted, before it is answered and metered,
+	// so it counts calls MonthCalls does not yet.
 	MonthAdmitted(ctx context.Context, userID int64, monthStart time.Time) (int64, error)
 	// MarkMonth records that the rate limiter has seeded the user's
 	// calendar month starting at monthStart, and reports whether it had

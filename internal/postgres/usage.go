@@ -215,22 +215,26 @@ func (db *DB) AddAdmitted(ctx context.Context, changes []coinpulse.Admitted) err
 	if len(rows) == 0 {
 		return nil
 	}
-	ids, months, calls := make([]int64, len(rows)), make([]time.Time, len(rows)), make([]int64, len(rows))
+	ids, calls := make([]int64, len(rows)), make([]int64, len(rows))
+	months, ends := make([]time.Time, len(rows)), make([]time.Time, len(rows))
 	for i, r := range rows {
-		ids[i], months[i], calls[i] = r.UserID, r.Month, r.Calls
+		ids[i], months[i], calls[i], ends[i] = r.UserID, r.Month, r.Calls, r.Month.AddDate(0, 1, 0)
 	}
 	err := db.Transact(ctx, func(tx pgx.Tx) error {
 		var batch pgx.Batch
 		// WITH ORDINALITY and ORDER BY: rows are upserted in the order
-		// given.
+		// given. A new row takes the month's metered calls as metered.
 		batch.Queue(`
-			INSERT INTO month_admitted (user_id, month, calls)
-			SELECT c.user_id, c.month, c.calls
-			FROM unnest($1::bigint[], $2::timestamptz[], $3::bigint[]) WITH ORDINALITY AS c (user_id, month, calls, ord)
+			INSERT INTO month_admitted (user_id, month, calls, metered)
+			SELECT c.user_id, c.month, c.calls,
+				CASE WHEN EXISTS (SELECT 1 FROM month_admitted AS m WHERE m.user_id = c.user_id AND m.month = c.month) THEN 0
+				ELSE (SELECT coalesce(sum(d.calls), 0) FROM usage_daily AS d WHERE d.user_id = c.user_id AND d.day >= c.month AND d.day < c.month_end)
+				END
+			FROM unnest($1::bigint[], $2::timestamptz[], $3::bigint[], $4::timestamptz[]) WITH ORDINALITY AS c (user_id, month, calls, month_end, ord)
 			JOIN users ON users.id = c.user_id
 			ORDER BY c.ord
 			ON CONFLICT (user_id, month) DO UPDATE SET calls = month_admitted.calls + excluded.calls`,
-			ids, months, calls)
+			ids, months, calls, ends)
 		batch.Queue(`
 			DELETE FROM month_admitted AS m USING unnest($1::bigint[], $2::timestamptz[]) AS c (user_id, cutoff)
 			WHERE m.user_id = c.user_id AND m.month < c.cutoff`, users, cutoffs)
@@ -247,7 +251,7 @@ func (db *DB) AddAdmitted(ctx context.Context, changes []coinpulse.Admitted) err
 // if any.
 func (db *DB) MonthAdmitted(ctx context.Context, userID int64, monthStart time.Time) (int64, error) {
 	var n int64
-	err := db.pool.QueryRow(ctx, `SELECT coalesce(max(greatest(calls, 0)), 0)::bigint FROM month_admitted WHERE user_id = $1 AND month = $2`,
+	err := db.pool.QueryRow(ctx, `SELECT coalesce(max(greatest(calls + metered, 0)), 0)::bigint FROM month_admitted WHERE user_id = $1 AND month = $2`,
 		userID, monthStart).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: month admitted: %w", err)

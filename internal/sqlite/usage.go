@@ -332,13 +332,20 @@ func (db *DB) AddAdmitted(ctx context.Context, changes []coinpulse.Admitted) err
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			fmt.Fprintf(&b, "[%d,%d,%d]", r.UserID, micros(r.Month), r.Calls)
+			fmt.Fprintf(&b, "[%d,%d,%d,%d]", r.UserID, micros(r.Month), r.Calls, micros(r.Month.AddDate(0, 1, 0)))
 		}
 		b.WriteByte(']')
+		// A new row takes the month's metered calls as metered.
 		if _, err := tx.ExecContext(ctx, `
-			INSERT INTO month_admitted (user_id, month, calls)
-			SELECT json_extract(c.value, '$[0]'), json_extract(c.value, '$[1]'), json_extract(c.value, '$[2]')
-			FROM json_each(?) AS c JOIN users ON users.id = json_extract(c.value, '$[0]')
+			INSERT INTO month_admitted (user_id, month, calls, metered)
+			SELECT c.user_id, c.month, c.calls,
+				CASE WHEN EXISTS (SELECT 1 FROM month_admitted AS m WHERE m.user_id = c.user_id AND m.month = c.month) THEN 0
+				ELSE (SELECT coalesce(sum(d.calls), 0) FROM usage_daily AS d WHERE d.user_id = c.user_id AND d.day >= c.month AND d.day < c.month_end)
+				END
+			FROM (SELECT json_extract(value, '$[0]') AS user_id, json_extract(value, '$[1]') AS month,
+			             json_extract(value, '$[2]') AS calls, json_extract(value, '$[3]') AS month_end
+			      FROM json_each(?)) AS c
+			JOIN users ON users.id = c.user_id
 			WHERE true
 			ON CONFLICT (user_id, month) DO UPDATE SET calls = month_admitted.calls + excluded.calls`,
 			b.String()); err != nil {
@@ -353,10 +360,12 @@ func (db *DB) AddAdmitted(ctx context.Context, changes []coinpulse.Admitted) err
 			fmt.Fprintf(&b, "[%d,%d]", u, micros(cutoffs[i]))
 		}
 		b.WriteByte(']')
+		// Found from the batch's users on the primary key: a correlated
+		// EXISTS would scan the whole table.
 		_, err := tx.ExecContext(ctx, `
-			DELETE FROM month_admitted WHERE EXISTS (
-				SELECT 1 FROM json_each(?) AS c
-				WHERE json_extract(c.value, '$[0]') = month_admitted.user_id AND month_admitted.month < json_extract(c.value, '$[1]'))`,
+			DELETE FROM month_admitted WHERE rowid IN (
+				SELECT m.rowid FROM json_each(?) AS c JOIN month_admitted AS m
+				ON m.user_id = json_extract(c.value, '$[0]') AND m.month < json_extract(c.value, '$[1]'))`,
 			b.String())
 		return err
 	})
@@ -371,7 +380,7 @@ func (db *DB) AddAdmitted(ctx context.Context, changes []coinpulse.Admitted) err
 // if any.
 func (db *DB) MonthAdmitted(ctx context.Context, userID int64, monthStart time.Time) (int64, error) {
 	var n int64
-	err := db.db.QueryRowContext(ctx, `SELECT coalesce(max(calls, 0), 0) FROM month_admitted WHERE user_id = ? AND month = ?`,
+	err := db.db.QueryRowContext(ctx, `SELECT max(calls + metered, 0) FROM month_admitted WHERE user_id = ? AND month = ?`,
 		userID, micros(monthStart)).Scan(&n)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil

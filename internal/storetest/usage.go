@@ -296,9 +296,9 @@ func testUsageMonthBoundary(t *testing.T, s coinpulse.Store) {
 	}
 }
 
-// A month is marked once per user: the first MarkMonth says it was not
-// before, every later one that it was, for that user and month only. A
-// mark lives through the next month and goes in the one after.
+// Admission counts add up per user and month, whatever their order; a
+// month's first count starts from its calls metered before; a user keeps
+// the two newest months of its changes.
 func testUsageAdmitted(t *testing.T, s coinpulse.Store) {
 	a := newUser(t, s, "admitted-a@example.com")
 	b := newUser(t, s, "admitted-b@example.com")
@@ -363,8 +363,24 @@ func testUsageAdmitted(t *testing.T, s coinpulse.Store) {
 	wg.Wait()
 	want(c, march, 40)
 	want(a, may, 41)
+
+	// A month with calls metered before its first count (metered before
+	// the meters counted admissions) starts from them; calls metered
+	// after do not add to it, being counted when admitted.
+	d := newUser(t, s, "admitted-d@example.com")
+	k := newKey(t, s, d.ID, march)
+	record(t, s, call(k, march.Add(time.Hour), 0, "d-1"), call(k, march.Add(30*24*time.Hour), 0, "d-2"),
+		call(k, april, 0, "d-april")) // another month
+	add(coinpulse.Admitted{UserID: d.ID, Month: march, Calls: 1})
+	want(d, march, 3)
+	record(t, s, call(k, march.Add(2*time.Hour), 0, "d-3"))
+	add(coinpulse.Admitted{UserID: d.ID, Month: march, Calls: 1})
+	want(d, march, 4)
 }
 
+// A month is marked once per user: the first MarkMonth says it was not
+// before, every later one that it was, for that user and month only. A
+// mark lives through the next month and goes in the one after.
 func testUsageMarkMonth(t *testing.T, s coinpulse.Store) {
 	a := newUser(t, s, "mark-a@example.com")
 	b := newUser(t, s, "mark-b@example.com")
