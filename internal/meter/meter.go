@@ -22,9 +22,8 @@
 // being answered, which no batch holds yet, are counted too.
 //
 // Shutdown: stop serving requests, then call Close, which drains: every
-// call Recorded before Close began, and every admission counted, is
-// written before it returns nil. So a
-// graceful shutdown loses nothing, a crash at most the calls of the last
+// call Recorded, and every admission counted, before Close began is
+// written before it returns nil. So a graceful shutdown loses nothing, a crash at most the calls of the last
 // Interval while a write takes less than a poll: a batch's timer counts
 // from when the queue was last seen empty, so calls queued during a write
 // do not wait for it and then a whole Interval more. (A slower write adds
@@ -406,8 +405,11 @@ func (m *Meter) Close(ctx context.Context) error {
 	m.mu.Unlock()
 	// Every call Recorded before Close began is in batch, among the n
 	// first queued or in the overflow; nothing but Close takes from them
-	// now. Every admission counted before is in adm or the counts.
+	// now. Every admission counted before is in adm or the counts, taken
+	// once: those counted after Close began are left for a later Close,
+	// as their calls are, so that a stream of them cannot keep it going.
 	n := len(m.queue)
+	adm = m.takeAdmitted(adm)
 	for {
 		for n > 0 && len(batch) < m.opts.MaxBatch {
 			batch = append(batch, <-m.queue)
@@ -416,7 +418,6 @@ func (m *Meter) Close(ctx context.Context) error {
 		batch = m.takeOverflow(batch, m.opts.MaxBatch-len(batch))
 		batch = m.valid(batch)
 		m.held.Store(int64(len(batch)))
-		adm = m.takeAdmitted(adm)
 		if len(batch) == 0 && len(adm) == 0 && n == 0 && m.overLen.Load() == 0 {
 			return nil
 		}
