@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"coinpulse"
+	"coinpulse/internal/storetest"
 )
 
 // BenchmarkPutHistoryBackfill measures a fresh start's hourly backfill:
@@ -67,4 +68,10 @@ func BenchmarkKeyByHash(b *testing.B) {
 		}
 		i++
 	}
+}
+
+// BenchmarkAddAdmitted measures the admission counts a busy node's meter
+// writes with a batch: 1,000 users (see storetest.BenchAddAdmitted).
+func BenchmarkAddAdmitted(b *testing.B) {
+	storetest.BenchAddAdmitted(b, openTest(b))
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"coinpulse"
+	"coinpulse/internal/storetest"
 )
 
 // benchSeries returns coins series of n hourly points each, ending at the
@@ -148,4 +149,15 @@ func BenchmarkAuthEpoch(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkAddAdmitted measures the admission counts a busy node's meter
+// writes with a batch: 1,000 users (see storetest.BenchAddAdmitted).
+func BenchmarkAddAdmitted(b *testing.B) {
+	db, err := Open(b.Context(), filepath.Join(b.TempDir(), "bench.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	storetest.BenchAddAdmitted(b, db)
 }
