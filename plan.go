@@ -63,8 +63,9 @@ func DefaultPlans() map[Tier]Plan {
 // parseFigure reads a plan number of a plan file: a count, or
 // "unlimited".
 func parseFigure(raw json.RawMessage) (int64, error) {
-	if string(raw) == `"unlimited"` {
-		return Unlimited, nil
+	var word string
+	if len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &word) == nil && word == "unlimited" {
+		return Unlimited, nil // also spelled with escapes, as JSON allows
 	}
 	n, err := strconv.ParseInt(string(raw), 10, 64)
 	if err != nil || n < 0 {

@@ -116,12 +116,17 @@ func TestLoadPlansRejects(t *testing.T) {
 			t.Errorf("%s:\n got %v\nwant %s", file, err, want)
 		}
 	}
+	// "unlimited" spelt with JSON escapes is "unlimited".
+	plans, err := LoadPlans(strings.NewReader(all(strings.Replace(row("free", ""), `"monthly_calls":10`, `"monthly_calls":"\u0075nlimited"`, 1))))
+	if err != nil || plans[TierFree].MonthlyCalls != Unlimited {
+		t.Errorf(`monthly_calls "\u0075nlimited": %v, %v; want unlimited`, plans[TierFree].MonthlyCalls, err)
+	}
 	// A byte order mark, which some editors write first, is skipped.
 	if _, err := LoadPlans(strings.NewReader("\ufeff" + all(row("free", "")))); err != nil {
 		t.Errorf("a file starting with a byte order mark: %v", err)
 	}
 	// A file in another format is told it must be JSON, where it stops.
-	_, err := LoadPlans(strings.NewReader("# plans\n[[plans]]\ntier = \"free\"\n"))
+	_, err = LoadPlans(strings.NewReader("# plans\n[[plans]]\ntier = \"free\"\n"))
 	if want := "plan file: not JSON (line 1: invalid character '#' looking for beginning of value); a plan file is JSON, as plans/default.json (TOML and YAML are not read)"; err == nil || err.Error() != want {
 		t.Errorf("a TOML file: %v\nwant %s", err, want)
 	}
