@@ -404,29 +404,34 @@ func (m *Meter) Close(ctx context.Context) error {
 	m.leftover, m.leftAdmits = nil, nil
 	m.mu.Unlock()
 	// Every call Recorded before Close began is in batch, among the n
-	// first queued or in the overflow; nothing but Close takes from them
-	// now. Every admission counted before is in adm or the counts, taken
-	// once: those counted after Close began are left for a later Close,
-	// as their calls are, so that a stream of them cannot keep it going.
-	n := len(m.queue)
+	// first queued or the over first in the overflow; nothing but Close
+	// takes from them now. Every admission counted before is in adm or
+	// the counts, taken once, after n and over were read (a call is
+	// admitted before it is Recorded): the calls and counts that come
+	// after Close began are left for a later Close, so that a stream of
+	// them cannot keep it going, and no call is written before its
+	// admission.
+	n, over := len(m.queue), int(m.overLen.Load())
 	adm = m.takeAdmitted(adm)
 	for {
 		for n > 0 && len(batch) < m.opts.MaxBatch {
 			batch = append(batch, <-m.queue)
 			n--
 		}
-		batch = m.takeOverflow(batch, m.opts.MaxBatch-len(batch))
+		had := len(batch)
+		batch = m.takeOverflow(batch, min(over, m.opts.MaxBatch-len(batch)))
+		over -= len(batch) - had
 		batch = m.valid(batch)
 		m.held.Store(int64(len(batch)))
-		if len(batch) == 0 && len(adm) == 0 && n == 0 && m.overLen.Load() == 0 {
+		if len(batch) == 0 && len(adm) == 0 && n == 0 && over == 0 {
 			return nil
 		}
 		if err := m.write(ctx, batch, &adm, nil); err != nil {
 			m.mu.Lock()
 			m.leftover, m.leftAdmits = batch, adm
 			m.mu.Unlock()
-			err = fmt.Errorf("meter: close: %d calls not written: %w", len(batch)+n, err)
-			m.log.Error("meter: calls not written", "calls", len(batch)+n, "err", err)
+			err = fmt.Errorf("meter: close: %d calls not written: %w", len(batch)+n+over, err)
+			m.log.Error("meter: calls not written", "calls", len(batch)+n+over, "err", err)
 			return err
 		}
 		batch = batch[:0]

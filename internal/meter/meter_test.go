@@ -412,6 +412,45 @@ func TestAdmittedWritten(t *testing.T) {
 	}
 }
 
+// Close writes the calls and counts there were when it began, and none
+// of those that come meanwhile: a call of the overflow written without
+// its admission would be counted twice once its month's count is made
+// (from the calls metered before it, and from the admission).
+func TestCloseLeavesWhatCameAfter(t *testing.T) {
+	db := openStore(t)
+	accounts := newAccounts(t, db, 2)
+	a, b := accounts[0], accounts[1]
+	store := &gatedStore{UsageStore: db, open: make(chan struct{}), entered: make(chan struct{})}
+	m := meter.New(store, nil, meter.Options{QueueSize: 2, MaxBatch: 1})
+	for i := range 2 { // the queue is full
+		m.Admitted(a.user.ID, march, 1)
+		m.Record(call(a.keys[0], i))
+	}
+	closed := make(chan error)
+	go func() { closed <- m.Close(t.Context()) }()
+	<-store.entered    // Close writes its first batch
+	for i := range 2 { // one to the queue, one to the overflow
+		m.Admitted(b.user.ID, march, 1)
+		m.Record(call(b.keys[0], 10+i))
+	}
+	close(store.open)
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if n, calls := admitted(t, db, a), monthCalls(t, db, accounts[:1]); n != 2 || calls != 2 {
+		t.Errorf("a: admitted %d, metered %d after Close; want 2 and 2", n, calls)
+	}
+	if n, calls := admitted(t, db, b), monthCalls(t, db, accounts[1:]); n != 0 || calls != 0 {
+		t.Errorf("b: admitted %d, metered %d after Close; want 0 and 0 (they came after it began)", n, calls)
+	}
+	if err := m.Close(t.Context()); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if n, calls := admitted(t, db, b), monthCalls(t, db, accounts[1:]); n != 2 || calls != 2 {
+		t.Errorf("b: admitted %d, metered %d after a second Close; want 2 and 2", n, calls)
+	}
+}
+
 // admitStore fails its first failures AddAdmitted and records whether
 // RecordCalls ever ran before them.
 type admitStore struct {
