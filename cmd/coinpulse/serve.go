@@ -381,8 +381,8 @@ var withBenchHeaders func(http.Handler, *slog.Logger) http.Handler
 // else in-process. Either seeds a month's count from the store, so that a
 // restart resets nobody's allowance: from the calls the meters counted
 // admitted to the plan, which include those still being answered, or the
-// metered calls if more (while a node of a build that did not count
-// admissions serves too).
+// metered calls if more (in a month when nodes of a build that did not
+// count admissions served too).
 func newLimiter(ctx context.Context, cfg serveConfig, store coinpulse.Store, log *slog.Logger) (coinpulse.Limiter, func(), error) {
 	user := func(account string) (int64, bool) {
 		id, err := strconv.ParseInt(strings.TrimPrefix(account, "u"), 10, 64)
