@@ -102,9 +102,9 @@ type UsageStore interface {
 	// admissions; none otherwise, since the meters add a call's
 	// admission before they meter the call), never below 0. Calls that
 	// meters of a build that does not count admissions meter after that
-	// are in neither. The meters
-	// add a call when it is admitted, before it is answered and metered,
-	// so it counts calls MonthCalls does not yet.
+	// are in neither. The meters add a call when it is admitted, before
+	// it is answered and metered, so it counts calls MonthCalls does not
+	// yet.
 	MonthAdmitted(ctx context.Context, userID int64, monthStart time.Time) (int64, error)
 	// MarkMonth records that the rate limiter has seeded the user's
 	// calendar month starting at monthStart, and reports whether it had

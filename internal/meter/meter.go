@@ -23,11 +23,11 @@
 //
 // Shutdown: stop serving requests, then call Close, which drains: every
 // call Recorded, and every admission counted, before Close began is
-// written before it returns nil. So a graceful shutdown loses nothing, a crash at most the calls of the last
-// Interval while a write takes less than a poll: a batch's timer counts
-// from when the queue was last seen empty, so calls queued during a write
-// do not wait for it and then a whole Interval more. (A slower write adds
-// what it takes beyond a poll.)
+// written before it returns nil. So a graceful shutdown loses nothing, a
+// crash at most the calls of the last Interval while a write takes less
+// than a poll: a batch's timer counts from when the queue was last seen
+// empty, so calls queued during a write do not wait for it and then a
+// whole Interval more. (A slower write adds what it takes beyond a poll.)
 package meter
 
 import (
