@@ -552,6 +552,11 @@ func TestSIGTERMMetersEveryAdmittedCall(t *testing.T) {
 	if n != answered.Load()+sockets {
 		t.Errorf("%d calls metered, want the %d answered before SIGTERM took effect and the %d WebSockets", n, answered.Load(), sockets)
 	}
+	// The shutdown wrote the admission counts too: every admitted call
+	// was answered, none with a 5xx.
+	if a, err := store.MonthAdmitted(context.Background(), u.ID, coinpulse.MonthStart(time.Now())); err != nil || a != n {
+		t.Errorf("MonthAdmitted = %d, %v; want the %d calls metered", a, err, n)
+	}
 	usage, err := store.Usage(context.Background(), u.ID, time.Now())
 	if err != nil {
 		t.Fatal(err)
