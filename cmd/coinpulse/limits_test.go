@@ -232,9 +232,7 @@ func TestLimitsExactAcrossTwoNodes(t *testing.T) {
 			t.Errorf("after Redis lost its keys: %d, %v; want 429 (the allowance was used up)", status, err)
 		}
 	}
-	for _, n := range nodes {
-		n.term(t)
-	}
+	termAll(t, nodes)
 }
 
 // Redis losing its state while the nodes' meters still hold calls they
@@ -242,30 +240,22 @@ func TestLimitsExactAcrossTwoNodes(t *testing.T) {
 // the month is seeded again once the meters have written them.
 func TestRedisLossBeforeTheMetersWrote(t *testing.T) {
 	const k = 8
-	redisURL, prefix, key, nodes, call := twoRedisNodes(t, k)
+	redisURL, prefix, key, nodes, calls := twoRedisNodes(t, k)
 	// The first call seeds the month (nothing written yet: at once). Once
 	// it is written, four more calls on both nodes: Redis then loses a
 	// month the database has calls of (TestRedisLossInTheMonthsFirstSecond
 	// has it lose one the database has none of yet).
-	if status := call(0); status != 200 {
-		t.Fatalf("first call: %d", status)
-	}
+	calls(1)
 	for deadline := time.Now().Add(10 * time.Second); getUsage(t, nodes[1], key).MonthCalls != 1; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the first call was not metered within 10 s")
 		}
 	}
-	for i := range 4 {
-		if status := call(i); status != 200 {
-			t.Fatalf("call %d: %d", i+2, status)
-		}
-	}
+	calls(4)
 	loseLimiterKeys(t, redisURL, prefix)
 	// 1 + 4 calls made: 3 left, whichever node is asked.
 	burstAfterLoss(t, nodes, key, k, 5)
-	for _, n := range nodes {
-		n.term(t)
-	}
+	termAll(t, nodes)
 }
 
 // Redis losing its state in the first second of an account's month,
@@ -275,23 +265,17 @@ func TestRedisLossBeforeTheMetersWrote(t *testing.T) {
 // seeded again once the meters have written.
 func TestRedisLossInTheMonthsFirstSecond(t *testing.T) {
 	const k = 8
-	redisURL, prefix, key, nodes, call := twoRedisNodes(t, k)
+	redisURL, prefix, key, nodes, calls := twoRedisNodes(t, k)
 	// The month's first four calls, on both nodes, then at once (well
 	// within a meter interval and seedRecent) Redis loses them.
 	start := time.Now()
-	for i := range 4 {
-		if status := call(i); status != 200 {
-			t.Fatalf("call %d: %d", i+1, status)
-		}
-	}
+	calls(4)
 	loseLimiterKeys(t, redisURL, prefix)
 	if took := time.Since(start); took > 500*time.Millisecond {
 		t.Logf("the four calls and the loss took %v, more than half the meter interval", took)
 	}
 	burstAfterLoss(t, nodes, key, k, 4)
-	for _, n := range nodes {
-		n.term(t)
-	}
+	termAll(t, nodes)
 }
 
 // Redis losing its state while a call it admitted is still being answered
@@ -301,12 +285,8 @@ func TestRedisLossInTheMonthsFirstSecond(t *testing.T) {
 // the metered calls, as before, the burst had a call more.)
 func TestRedisLossWithACallInFlight(t *testing.T) {
 	const k = 8
-	redisURL, prefix, key, nodes, call := twoRedisNodes(t, k)
-	for i := range 2 {
-		if status := call(i); status != 200 {
-			t.Fatalf("call %d: %d", i+1, status)
-		}
-	}
+	redisURL, prefix, key, nodes, calls := twoRedisNodes(t, k)
+	calls(2)
 	// The third call is admitted (the server asks for its body once it
 	// is) and waits for its body.
 	c, err := net.Dial("tcp", strings.TrimPrefix(nodes[0].base, "http://"))
@@ -327,31 +307,41 @@ func TestRedisLossWithACallInFlight(t *testing.T) {
 		t.Fatalf("the call in flight: %v %v", res, err)
 	}
 	waitMonthCalls(t, nodes[0], key, k)
-	for _, n := range nodes {
-		n.term(t)
-	}
+	termAll(t, nodes)
 }
 
 // twoRedisNodes starts two serve processes on one new PostgreSQL schema
 // and one Redis prefix, with a premium key whose plan allows k calls a
 // month, and the longest batch interval (1 s), so that calls are still in
-// the meters when a test has Redis lose them. call(i) makes a call on
-// node i%2 and returns its status.
-func twoRedisNodes(t *testing.T, k int) (redisURL, prefix, key string, nodes []*proc, call func(i int) int) {
+// the meters when a test has Redis lose them. calls(n) makes n calls,
+// alternating between the nodes, each of which must be admitted.
+func twoRedisNodes(t *testing.T, k int) (redisURL, prefix, key string, nodes []*proc, calls func(n int)) {
 	redisURL = ratelimit.RedisURL(t)
 	db := postgresSchema(t)
 	prefix = fmt.Sprintf("cp:test:%d:", time.Now().UnixNano())
 	key = premiumKey(t, db)
 	args := []string{"--db", db, "--plans", plansFile(t, k), "--redis", redisURL, "--redis-prefix", prefix, "--meter-interval", "1s"}
 	nodes = []*proc{startProc(t, args...), startProc(t, args...)}
-	call = func(i int) int {
-		status, err := nodes[i%2].status(key, "/api/v1/markets/global")
-		if err != nil {
-			t.Fatal(err)
+	made := 0
+	calls = func(n int) {
+		t.Helper()
+		for range n {
+			made++
+			status, err := nodes[made%2].status(key, "/api/v1/markets/global")
+			if err != nil || status != 200 {
+				t.Fatalf("call %d: %d, %v; want 200", made, status, err)
+			}
 		}
-		return status
 	}
-	return redisURL, prefix, key, nodes, call
+	return redisURL, prefix, key, nodes, calls
+}
+
+// termAll stops nodes with SIGTERM, each cleanly.
+func termAll(t *testing.T, nodes []*proc) {
+	t.Helper()
+	for _, n := range nodes {
+		n.term(t)
+	}
 }
 
 // loseLimiterKeys deletes every limiter key under prefix, as a Redis that
