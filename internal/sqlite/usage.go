@@ -318,9 +318,6 @@ func (db *DB) MonthCalls(ctx context.Context, userID int64, monthStart time.Time
 // coinpulse.UsageStore), in one transaction. It returns the database's
 // error, if any.
 func (db *DB) AddAdmitted(ctx context.Context, changes []coinpulse.Admitted) error {
-	if len(changes) == 0 {
-		return nil
-	}
 	rows, users, cutoffs := rollup.AdmittedRows(changes)
 	if len(rows) == 0 {
 		return nil
