@@ -11,8 +11,10 @@ type Code string
 
 // The error kinds of the SPEC's table, plus the two that account management
 // needs (KEY_LIMIT_REACHED, CONFLICT), ALERT_LIMIT_REACHED, the alerts'
-// counterpart of PORTFOLIO_LIMIT_REACHED, and REQUEST_TIMEOUT, for a body
-// that does not arrive in time.
+// counterpart of PORTFOLIO_LIMIT_REACHED, REQUEST_TIMEOUT, for a body that
+// does not arrive in time, and the five of requests the HTTP server cannot
+// read or serve before any endpoint sees them (MALFORMED_REQUEST to
+// HTTP_VERSION_NOT_SUPPORTED).
 const (
 	CodeInvalidAPIKey         Code = "INVALID_API_KEY"
 	CodeExpiredSubscription   Code = "EXPIRED_SUBSCRIPTION"
@@ -29,6 +31,11 @@ const (
 	CodeRateLimitExceeded     Code = "RATE_LIMIT_EXCEEDED"
 	CodeServerError           Code = "SERVER_ERROR"
 	CodeUnavailable           Code = "SERVICE_UNAVAILABLE"
+	CodeMalformedRequest      Code = "MALFORMED_REQUEST"
+	CodeExpectationFailed     Code = "EXPECTATION_FAILED"
+	CodeHeadersTooLarge       Code = "HEADERS_TOO_LARGE"
+	CodeNotImplemented        Code = "NOT_IMPLEMENTED"
+	CodeHTTPVersion           Code = "HTTP_VERSION_NOT_SUPPORTED"
 )
 
 // FieldError names one invalid input and why.
@@ -123,6 +130,16 @@ func (c Code) Status() int {
 		return http.StatusTooManyRequests
 	case CodeUnavailable:
 		return http.StatusServiceUnavailable
+	case CodeMalformedRequest:
+		return http.StatusBadRequest
+	case CodeExpectationFailed:
+		return http.StatusExpectationFailed
+	case CodeHeadersTooLarge:
+		return http.StatusRequestHeaderFieldsTooLarge
+	case CodeNotImplemented:
+		return http.StatusNotImplemented
+	case CodeHTTPVersion:
+		return http.StatusHTTPVersionNotSupported
 	}
 	return http.StatusInternalServerError
 }

@@ -289,20 +289,32 @@ func testServeEndToEnd(t *testing.T, db string, extra ...string) {
 			t.Fatalf("markets with a demo key: %d %v", status, body)
 		}
 	}
-	// OPTIONS * reaches the API (its JSON 404), not net/http's bare 200.
-	conn, err := net.Dial("tcp", strings.TrimPrefix(s.base, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprint(conn, "OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	conn.Close()
-	if res.StatusCode != 404 || !strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") || res.Header.Get("X-Request-Id") == "" {
-		t.Errorf("OPTIONS *: %d, Content-Type %q", res.StatusCode, res.Header.Get("Content-Type"))
+	// OPTIONS * reaches the API (its JSON 404), not net/http's bare 200;
+	// net/http's own answers to requests it cannot read are in the
+	// envelope too (serve's listener).
+	for _, c := range []struct {
+		raw    string
+		status int
+	}{
+		{"OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 404},
+		{"GET /api/v1/markets HTTP/1.1\r\n\r\n", 400},
+		{"GET /api/v1/markets HTTP/1.1\r\nHost: x\r\nExpect: tea\r\n\r\n", 417},
+	} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(s.base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprint(conn, c.raw)
+		res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		conn.Close()
+		if res.StatusCode != c.status || !strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") || res.Header.Get("X-Request-Id") == "" || !strings.Contains(string(body), `"success":false`) {
+			t.Errorf("%.40q: %d, Content-Type %q, %s", c.raw, res.StatusCode, res.Header.Get("Content-Type"), body)
+		}
 	}
 	if status, body := s.get(t, "/v1/coins/btc/history?days=90&interval=hourly", keys["live"]); status != 200 || len(body["data"].(map[string]any)["points"].([]any)) < 90*24 {
 		t.Fatalf("hourly history: %d", status)

@@ -333,7 +333,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	hs.RegisterOnShutdown(hub.Close)         // WebSockets are hijacked: Shutdown does not wait for them
 	hs.RegisterOnShutdown(srv.BeginShutdown) // simulated timeouts end at once
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- hs.Serve(ln) }()
+	go func() { serveErr <- hs.Serve(srv.Listener(ln)) }() // net/http's own 400, 431, … in the envelope
 	select {
 	case err := <-serveErr:
 		stopBG()

@@ -530,6 +530,10 @@ func newIDPrefix() string {
 	return "req_" + hex.EncodeToString(b[:])
 }
 
+// newRequestID returns a generated request id: the process's prefix and a
+// counter.
+func newRequestID() string { return idPrefix + strconv.FormatUint(idCounter.Add(1), 36) }
+
 // validRequestID reports whether an incoming X-Request-Id may be echoed:
 // 1..128 characters of [A-Za-z0-9._-].
 func validRequestID(id string) bool {
@@ -548,7 +552,7 @@ func validRequestID(id string) bool {
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get("X-Request-Id")
 	if !validRequestID(id) {
-		id = idPrefix + strconv.FormatUint(idCounter.Add(1), 36)
+		id = newRequestID()
 	}
 	w.Header()["X-Request-Id"] = []string{id}
 	e := &exchange{ResponseWriter: w, id: id, status: http.StatusOK, start: time.Now(), writeTimeout: s.writeTimeout}
