@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 
 	"coinpulse"
 )
@@ -24,7 +25,10 @@ import (
 // form (net/http's conn.serve and sendExpectationFailed); the connection
 // recognises that form exactly and writes the envelope in its place. An
 // answer in any other form, which a later Go release could bring, passes
-// unchanged: TestHTTPServerErrorsInTheEnvelope fails then.
+// unchanged: TestHTTPServerErrorsInTheEnvelope fails then. From a 101
+// Switching Protocols on, the connection carries another protocol (the
+// WebSocket stream, hijacked) and its writes pass untouched. The listener
+// must see the plain connection: under TLS it would see only ciphertext.
 func (s *Server) Listener(ln net.Listener) net.Listener { return &listener{Listener: ln, s: s} }
 
 type listener struct {
@@ -44,16 +48,27 @@ func (l *listener) Accept() (net.Conn, error) {
 type envelopeConn struct {
 	net.Conn
 	s *Server
+	// upgraded is set by a 101 answer: what follows is not HTTP.
+	upgraded atomic.Bool
 }
 
 func (c *envelopeConn) Write(p []byte) (int, error) {
-	if b := c.s.serverError(p); b != nil {
-		if _, err := c.Conn.Write(b); err != nil {
-			return 0, err
+	if !c.upgraded.Load() {
+		if switchingProtocols(p) {
+			c.upgraded.Store(true)
+		} else if b := c.s.serverError(p); b != nil {
+			if _, err := c.Conn.Write(b); err != nil {
+				return 0, err
+			}
+			return len(p), nil
 		}
-		return len(p), nil
 	}
 	return c.Conn.Write(p)
+}
+
+// switchingProtocols reports whether the write p begins a 101 answer.
+func switchingProtocols(p []byte) bool {
+	return len(p) > len("HTTP/1.1 101 ") && p[9] == '1' && bytes.HasPrefix(p, []byte("HTTP/1.1 101 "))
 }
 
 // CloseWrite half-closes the connection, as net/http does after a 431, when
@@ -88,7 +103,7 @@ const (
 func (s *Server) serverError(p []byte) []byte {
 	// Every answer begins "HTTP/1.1 ddd "; only 4xx and 5xx are looked at
 	// further (the first test is all a 200 costs).
-	if len(p) <= len("HTTP/1.1 400 ") || p[9] != '4' && p[9] != '5' || !bytes.HasPrefix(p, []byte("HTTP/1.")) {
+	if len(p) <= len("HTTP/1.1 400 ") || p[9] != '4' && p[9] != '5' || p[8] != ' ' || !bytes.HasPrefix(p, []byte("HTTP/1.")) {
 		return nil
 	}
 	proto, rest := p[:len("HTTP/1.1")], p[len("HTTP/1.1 "):]
@@ -101,14 +116,18 @@ func (s *Server) serverError(p []byte) []byte {
 	} else if string(proto) != "HTTP/1.1" {
 		return nil
 	}
-	if bytes.HasPrefix(rest, []byte(expectationFailed)) {
-		// Date, then Content-Length: 0, except for a HEAD, and the end
-		// of the header.
-		i := bytes.Index(rest, []byte("\r\n\r\n"))
-		if i < 0 || i+4 != len(rest) {
+	if fields, ok := bytes.CutPrefix(rest, []byte(expectationFailed)); ok {
+		// The date, then Content-Length: 0, except for a HEAD, and the
+		// end of the header.
+		date, ok := bytes.CutSuffix(fields, []byte("\r\n\r\n"))
+		if !ok {
 			return nil
 		}
-		head := !bytes.HasSuffix(rest, []byte("\r\nContent-Length: 0\r\n\r\n"))
+		date, get := bytes.CutSuffix(date, []byte("\r\nContent-Length: 0"))
+		if bytes.Contains(date, []byte("\r\n")) {
+			return nil
+		}
+		head := !get
 		return s.envelope(proto, coinpulse.CodeExpectationFailed, "The Expect header asks for something the server does not do: only Expect: 100-continue is supported.", head)
 	}
 	line, after, ok := bytes.Cut(rest, []byte("\r\n"))
@@ -148,14 +167,14 @@ func (s *Server) plainError(line, after []byte) []byte {
 	var msg string
 	switch code {
 	case coinpulse.CodeMalformedRequest:
-		msg = "The request is not valid HTTP/1.1: its request line or a header field cannot be read."
+		msg = "The request is not valid HTTP: its request line or a header field cannot be read."
 		if detail != "" {
-			msg = "The request is not valid HTTP/1.1: " + detail + "."
+			msg = "The request is not valid HTTP: " + detail + "."
 		}
 	case coinpulse.CodeHeadersTooLarge:
 		msg = "The request's header fields are too large (over 1 MB in all)."
 	case coinpulse.CodeHTTPVersion:
-		msg = "Only HTTP/1.0 and HTTP/1.1 are served."
+		msg = "The request's HTTP version is not served: only HTTP/1.x is."
 	case coinpulse.CodeNotImplemented:
 		msg = "The request's Transfer-Encoding is not supported: send the body with Content-Length or Transfer-Encoding: chunked."
 	}

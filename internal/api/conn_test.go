@@ -2,6 +2,7 @@ package api
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -27,7 +28,8 @@ func envelopeServer(t *testing.T) *httptest.Server {
 	return hs
 }
 
-// rawExchange sends raw bytes on a new connection and reads one answer.
+// rawExchange sends raw bytes on a new connection and reads one answer,
+// which must be the last: the connection then ends, nothing after it.
 func rawExchange(t *testing.T, hs *httptest.Server, method, raw string) (*http.Response, []byte) {
 	t.Helper()
 	c, err := net.Dial("tcp", hs.Listener.Addr().String())
@@ -37,13 +39,17 @@ func rawExchange(t *testing.T, hs *httptest.Server, method, raw string) (*http.R
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	go io.WriteString(c, raw) // a 431 is answered before all of it is read
-	res, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: method})
+	br := bufio.NewReader(c)
+	res, err := http.ReadResponse(br, &http.Request{Method: method})
 	if err != nil {
 		t.Fatalf("%.60q: no answer: %v", raw, err)
 	}
 	body, err := io.ReadAll(res.Body)
 	if err != nil {
 		t.Fatalf("%.60q: reading the body: %v", raw, err)
+	}
+	if more, err := io.ReadAll(br); len(more) > 0 || err != nil {
+		t.Fatalf("%.60q: after the answer: %q (%v)", raw, more, err)
 	}
 	return res, body
 }
@@ -66,7 +72,7 @@ func TestHTTPServerErrorsInTheEnvelope(t *testing.T) {
 		{"two Content-Lengths", "POST", "POST /api/v1/portfolio HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", coinpulse.CodeMalformedRequest, "cannot be read"},
 		{"headers over 1 MB", "GET", "GET /api/v1/markets HTTP/1.1\r\nHost: x\r\nX-Big: " + big + "\r\n\r\n", coinpulse.CodeHeadersTooLarge, "too large"},
 		{"an unsupported transfer coding", "POST", "POST /api/v1/portfolio HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", coinpulse.CodeNotImplemented, "Transfer-Encoding"},
-		{"HTTP/3.0", "GET", "GET /api/v1/markets HTTP/3.0\r\nHost: x\r\n\r\n", coinpulse.CodeHTTPVersion, "HTTP/1.1"},
+		{"HTTP/3.0", "GET", "GET /api/v1/markets HTTP/3.0\r\nHost: x\r\n\r\n", coinpulse.CodeHTTPVersion, "HTTP/1.x"},
 		{"an Expect other than 100-continue", "GET", "GET /api/v1/markets HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\n\r\n", coinpulse.CodeExpectationFailed, "100-continue"},
 		{"the same, by HEAD", "HEAD", "HEAD /api/v1/markets HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\n\r\n", coinpulse.CodeExpectationFailed, ""},
 		{"the same, in HTTP/1.0", "GET", "GET /api/v1/markets HTTP/1.0\r\nExpect: teapot\r\n\r\n", coinpulse.CodeExpectationFailed, "100-continue"},
@@ -133,11 +139,14 @@ func TestHTTPServerErrorsInTheEnvelope(t *testing.T) {
 }
 
 // The API's own answers pass through the listener untouched, on one
-// keep-alive connection: a 200, a 404 whose message quotes a path that
-// holds the plain-text form of net/http's 400, a 405, and a 200 again.
+// keep-alive connection: a 200, a 405, a POST that waits for its 100
+// Continue, and the 430 KB OpenAPI document, byte for byte.
 func TestListenerLeavesTheAPIAlone(t *testing.T) {
 	hs := envelopeServer(t)
 	key := proKey(t)
+	rec := httptest.NewRecorder()
+	testServer(t).Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/api/v1/openapi.json", nil))
+	spec := rec.Body.Bytes()
 	c, err := net.Dial("tcp", hs.Listener.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -145,31 +154,111 @@ func TestListenerLeavesTheAPIAlone(t *testing.T) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	br := bufio.NewReader(c)
-	plain := "400 Bad Request" + "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n" + "400 Bad Request"
+	read := func(what string) (*http.Response, []byte) {
+		t.Helper()
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		body, err := io.ReadAll(res.Body)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return res, body
+	}
 	for _, tc := range []struct {
 		method, path string
 		status       int
 	}{
 		{"GET", "/api/v1/markets/global", 200},
-		{"GET", "/api/v1/coins/" + strings.ReplaceAll(plain, "\r\n", "%0D%0A"), 404},
 		{"DELETE", "/api/v1/markets/global", 405},
-		{"GET", "/api/v1/markets/global", 200},
+		{"GET", "/api/v1/openapi.json", 200},
 	} {
-		fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", tc.method, strings.ReplaceAll(tc.path, " ", "%20"), key)
-		res, err := http.ReadResponse(br, nil)
+		fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", tc.method, tc.path, key)
+		res, body := read(tc.method + " " + tc.path)
+		if res.StatusCode != tc.status || res.Close || !json.Valid(body) {
+			t.Fatalf("%s %s: %d (close %v) %.200s", tc.method, tc.path, res.StatusCode, res.Close, body)
+		}
+		if tc.path == "/api/v1/openapi.json" && !bytes.Equal(body, spec) {
+			t.Fatalf("the OpenAPI document through the listener: %d bytes, want the handler's %d", len(body), len(spec))
+		}
+	}
+	// 100 Continue, then the body, then the answer.
+	fmt.Fprintf(c, "POST /api/v1/portfolio HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 15\r\nExpect: 100-continue\r\n\r\n", key)
+	if res, _ := read("the interim answer"); res.StatusCode != http.StatusContinue {
+		t.Fatalf("interim answer %d, want 100", res.StatusCode)
+	}
+	io.WriteString(c, `{"name":"cont"}`)
+	if res, body := read("POST /portfolio"); res.StatusCode != 201 || !json.Valid(body) {
+		t.Fatalf("POST after 100 Continue: %d %s", res.StatusCode, body)
+	}
+}
+
+// After a 101 Switching Protocols, what the connection carries is not
+// HTTP: bytes of net/http's plain-text form, written alone after the 101,
+// pass as they are (a WebSocket message could hold them).
+func TestListenerLeavesAnUpgradedConnectionAlone(t *testing.T) {
+	plain := "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request"
+	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Connection", "Upgrade")
+		w.Header().Set("Upgrade", "test")
+		w.WriteHeader(http.StatusSwitchingProtocols)
+		conn, bw, err := http.NewResponseController(w).Hijack()
 		if err != nil {
-			t.Fatalf("%s %s: %v", tc.method, tc.path, err)
+			t.Error(err)
+			return
 		}
-		body, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		if res.StatusCode != tc.status || res.Close {
-			t.Fatalf("%s %.40s: %d (close %v) %.200s", tc.method, tc.path, res.StatusCode, res.Close, body)
-		}
-		if !json.Valid(body) {
-			t.Errorf("%s %.40s: not JSON: %q", tc.method, tc.path, body)
-		}
-		if tc.status == 404 && !strings.Contains(string(body), `Connection: close\r\n\r\n400 Bad Request`) {
-			t.Errorf("the 404 does not quote the path: %s", body)
+		defer conn.Close()
+		bw.WriteString(plain)
+		bw.Flush()
+	}))
+	hs.Listener = testServer(t).Listener(hs.Listener)
+	hs.Start()
+	defer hs.Close()
+	c, err := net.Dial("tcp", hs.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\n")
+	br := bufio.NewReader(c)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil || res.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", res, err)
+	}
+	if got, _ := io.ReadAll(br); string(got) != plain {
+		t.Fatalf("after the upgrade: %q, want %q", got, plain)
+	}
+}
+
+// serverError replaces only net/http's exact forms: a body that is not the
+// status line's, a status line net/http does not write with that body, a
+// 417 with more header fields, or another version's plain answer, pass.
+func TestServerErrorRecognisesOnlyNetHTTPsForms(t *testing.T) {
+	s := &Server{clock: time.Now}
+	plain := func(line, body string) string {
+		return "HTTP/1.1 " + line + "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n" + body
+	}
+	for _, p := range []string{
+		plain("400 Bad Request: x", "400 Bad Request: y"),
+		plain("400 Bad Request", "400 Bad Request!"),
+		plain("400 Bad Request:", "400 Bad Request:"),
+		plain("400 Bad Request: ", "400 Bad Request: "),
+		plain("400 Bad Requests", "400 Bad Requests"),
+		plain("431 Request Header Fields Too Large", "400 Bad Request"),
+		plain("501 Not Implemented", "501 Not Implemented"),
+		plain("500 Internal Server Error", "500 Internal Server Error"),
+		plain("404 Not Found", "404 Not Found"),
+		"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request",
+		"HTTP/1.1 417 Expectation Failed\r\nConnection: close\r\nDate: x\r\nContent-Length: 0\r\n\r\n{}",
+		"HTTP/1.1 417 Expectation Failed\r\nConnection: close\r\nDate: x\r\n\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 417 Expectation Failed\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n",
+		"HTTP/1.1 417 Expectation Failed\r\nConnection: close\r\nDate: x\r\nX: y\r\n\r\n",
+		"HTTP/2.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request",
+	} {
+		if b := s.serverError([]byte(p)); b != nil {
+			t.Errorf("replaced %q with %q", p, b)
 		}
 	}
 }
@@ -205,7 +294,7 @@ func FuzzServerError(f *testing.F) {
 		if b == nil {
 			return
 		}
-		if !strings.Contains(string(in), "Connection: close\r\n") || !strings.HasSuffix(string(in), "\r\n\r\n") && !strings.Contains(string(in), "text/plain") {
+		if !netHTTPForm(string(in)) {
 			t.Fatalf("replaced a write not of net/http's form: %q", in)
 		}
 		method := "GET" // a HEAD's replacement ends with its header
@@ -251,4 +340,34 @@ func BenchmarkServerErrorPass(b *testing.B) {
 			}
 		})
 	}
+}
+
+// netHTTPForm reports whether p is one of the answers net/http's server
+// writes on its own, as its source writes them (server.go: conn.serve's
+// fmt.Fprintf calls, sendExpectationFailed).
+func netHTTPForm(p string) bool {
+	const errorHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+	if p == "HTTP/1.1 501 Not Implemented"+errorHeaders+"Unsupported transfer encoding" {
+		return true
+	}
+	for _, status := range []string{"400 Bad Request", "431 Request Header Fields Too Large", "505 HTTP Version Not Supported"} {
+		if p == "HTTP/1.1 "+status+errorHeaders+status {
+			return true
+		}
+		if line, ok := strings.CutPrefix(p, "HTTP/1.1 "+status+": "); ok {
+			text, body, ok := strings.Cut(line, errorHeaders)
+			if ok && text != "" && !strings.Contains(text, "\r\n") && body == status+": "+text {
+				return true
+			}
+		}
+	}
+	for _, proto := range []string{"HTTP/1.0", "HTTP/1.1"} {
+		if date, ok := strings.CutPrefix(p, proto+" 417 Expectation Failed\r\nConnection: close\r\nDate: "); ok {
+			date = strings.TrimSuffix(strings.TrimSuffix(date, "\r\n\r\n"), "\r\nContent-Length: 0")
+			if !strings.Contains(date, "\r\n") && strings.HasSuffix(p, "\r\n\r\n") {
+				return true
+			}
+		}
+	}
+	return false
 }

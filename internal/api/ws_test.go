@@ -21,10 +21,13 @@ import (
 // The WebSocket at /api/v1/ws through the real API: the server's handler
 // behind a real HTTP server, a real client (github.com/coder/websocket).
 
-// wsServer serves env's API over HTTP and returns the stream's URL.
+// wsServer serves env's API over HTTP, through its Listener as serve does,
+// and returns the stream's URL.
 func wsServer(t *testing.T, env *alertEnv) string {
 	t.Helper()
-	ts := httptest.NewServer(env.srv.Handler())
+	ts := httptest.NewUnstartedServer(env.srv.Handler())
+	ts.Listener = env.srv.Listener(ts.Listener)
+	ts.Start()
 	t.Cleanup(ts.Close)
 	t.Cleanup(env.hub.Close) // runs first: ends the hijacked connections
 	return "ws" + strings.TrimPrefix(ts.URL, "http") + "/api/v1/ws"
