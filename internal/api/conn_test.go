@@ -28,6 +28,12 @@ func envelopeServer(t *testing.T) *httptest.Server {
 	return hs
 }
 
+// plain returns net/http's plain-text form of an answer of its own: status
+// line, the fixed header fields, body.
+func plain(line, body string) string {
+	return "HTTP/1.1 " + line + "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n" + body
+}
+
 // rawExchange sends raw bytes on a new connection and reads one answer,
 // which must be the last: the connection then ends, nothing after it.
 func rawExchange(t *testing.T, hs *httptest.Server, method, raw string) (*http.Response, []byte) {
@@ -198,7 +204,7 @@ func TestListenerLeavesTheAPIAlone(t *testing.T) {
 // HTTP: bytes of net/http's plain-text form, written alone after the 101,
 // pass as they are (a WebSocket message could hold them).
 func TestListenerLeavesAnUpgradedConnectionAlone(t *testing.T) {
-	plain := "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request"
+	after := plain("400 Bad Request", "400 Bad Request")
 	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Connection", "Upgrade")
 		w.Header().Set("Upgrade", "test")
@@ -209,7 +215,7 @@ func TestListenerLeavesAnUpgradedConnectionAlone(t *testing.T) {
 			return
 		}
 		defer conn.Close()
-		bw.WriteString(plain)
+		bw.WriteString(after)
 		bw.Flush()
 	}))
 	hs.Listener = testServer(t).Listener(hs.Listener)
@@ -227,8 +233,8 @@ func TestListenerLeavesAnUpgradedConnectionAlone(t *testing.T) {
 	if err != nil || res.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("upgrade: %v %v", res, err)
 	}
-	if got, _ := io.ReadAll(br); string(got) != plain {
-		t.Fatalf("after the upgrade: %q, want %q", got, plain)
+	if got, _ := io.ReadAll(br); string(got) != after {
+		t.Fatalf("after the upgrade: %q, want %q", got, after)
 	}
 }
 
@@ -237,9 +243,6 @@ func TestListenerLeavesAnUpgradedConnectionAlone(t *testing.T) {
 // 417 with more header fields, or another version's plain answer, pass.
 func TestServerErrorRecognisesOnlyNetHTTPsForms(t *testing.T) {
 	s := &Server{clock: time.Now}
-	plain := func(line, body string) string {
-		return "HTTP/1.1 " + line + "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n" + body
-	}
 	for _, p := range []string{
 		plain("400 Bad Request: x", "400 Bad Request: y"),
 		plain("400 Bad Request", "400 Bad Request!"),
@@ -267,9 +270,6 @@ func TestServerErrorRecognisesOnlyNetHTTPsForms(t *testing.T) {
 // own answers: it never panics, and what it replaces is a whole answer of
 // net/http's form, replaced by a whole answer in the envelope.
 func FuzzServerError(f *testing.F) {
-	plain := func(line, body string) string {
-		return "HTTP/1.1 " + line + "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n" + body
-	}
 	for _, seed := range []string{
 		plain("400 Bad Request", "400 Bad Request"),
 		plain("400 Bad Request: missing required Host header", "400 Bad Request: missing required Host header"),
