@@ -107,16 +107,13 @@ func (s *Server) serverError(p []byte) []byte {
 		return nil
 	}
 	proto, rest := p[:len("HTTP/1.1")], p[len("HTTP/1.1 "):]
-	if string(proto) == "HTTP/1.0" {
-		// Only the 417 follows the request's version; an HTTP/1.0
-		// request gets "HTTP/1.0 417".
-		if !bytes.HasPrefix(rest, []byte(expectationFailed)) {
-			return nil
-		}
-	} else if string(proto) != "HTTP/1.1" {
+	fields, is417 := bytes.CutPrefix(rest, []byte(expectationFailed))
+	// Only the 417 follows the request's version: an HTTP/1.0 request
+	// gets "HTTP/1.0 417"; the plain answers are always HTTP/1.1.
+	if string(proto) != "HTTP/1.1" && (string(proto) != "HTTP/1.0" || !is417) {
 		return nil
 	}
-	if fields, ok := bytes.CutPrefix(rest, []byte(expectationFailed)); ok {
+	if is417 {
 		// The date, then Content-Length: 0, except for a HEAD, and the
 		// end of the header.
 		date, ok := bytes.CutSuffix(fields, []byte("\r\n\r\n"))
@@ -145,38 +142,28 @@ func (s *Server) plainError(line, after []byte) []byte {
 		return nil
 	}
 	status, text, _ := bytes.Cut(line, []byte(" "))
-	code, detail := coinpulse.Code(""), ""
+	var code coinpulse.Code
+	var msg, detail string
 	switch string(status) {
 	case "400":
-		code = coinpulse.CodeMalformedRequest
-		detail, ok = cutStatus(line, body, "400 Bad Request")
+		code, msg = coinpulse.CodeMalformedRequest, "The request is not valid HTTP: its request line or a header field cannot be read."
+		if detail, ok = cutStatus(line, body, "400 Bad Request"); detail != "" {
+			msg = "The request is not valid HTTP: " + detail + "."
+		}
 	case "431":
-		code = coinpulse.CodeHeadersTooLarge
-		detail, ok = cutStatus(line, body, "431 Request Header Fields Too Large")
+		code, msg = coinpulse.CodeHeadersTooLarge, "The request's header fields are too large (over 1 MB in all)."
+		_, ok = cutStatus(line, body, "431 Request Header Fields Too Large")
 	case "505":
-		code = coinpulse.CodeHTTPVersion
-		detail, ok = cutStatus(line, body, "505 HTTP Version Not Supported")
+		code, msg = coinpulse.CodeHTTPVersion, "The request's HTTP version is not served: only HTTP/1.x is."
+		_, ok = cutStatus(line, body, "505 HTTP Version Not Supported")
 	case "501":
-		code, ok = coinpulse.CodeNotImplemented, string(text) == "Not Implemented" && string(body) == plainBadTE
+		code, msg = coinpulse.CodeNotImplemented, "The request's Transfer-Encoding is not supported: send the body with Content-Length or Transfer-Encoding: chunked."
+		ok = string(text) == "Not Implemented" && string(body) == plainBadTE
 	default:
 		return nil
 	}
 	if !ok {
 		return nil
-	}
-	var msg string
-	switch code {
-	case coinpulse.CodeMalformedRequest:
-		msg = "The request is not valid HTTP: its request line or a header field cannot be read."
-		if detail != "" {
-			msg = "The request is not valid HTTP: " + detail + "."
-		}
-	case coinpulse.CodeHeadersTooLarge:
-		msg = "The request's header fields are too large (over 1 MB in all)."
-	case coinpulse.CodeHTTPVersion:
-		msg = "The request's HTTP version is not served: only HTTP/1.x is."
-	case coinpulse.CodeNotImplemented:
-		msg = "The request's Transfer-Encoding is not supported: send the body with Content-Length or Transfer-Encoding: chunked."
 	}
 	return s.envelope([]byte("HTTP/1.1"), code, msg, false)
 }
