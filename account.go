@@ -151,6 +151,8 @@ type AccountStore interface {
 	// UserByEmail returns the user with that e-mail (case-insensitive), or
 	// RESOURCE_NOT_FOUND.
 	UserByEmail(ctx context.Context, email string) (*User, error)
+	// HasUsers reports whether the store holds any user.
+	HasUsers(ctx context.Context) (bool, error)
 	// SetUserTier changes a user's tier and expiry (nil: none) and bumps the
 	// auth epoch. Unknown user: RESOURCE_NOT_FOUND.
 	SetUserTier(ctx context.Context, userID int64, tier Tier, expiresAt *time.Time) error

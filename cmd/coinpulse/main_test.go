@@ -592,13 +592,15 @@ func TestCommandsDoNotCreateADatabaseByMistake(t *testing.T) {
 	}
 }
 
-// lateStore is a store whose look-up of a user by e-mail answers as it
-// would have just before another node made the user: not found.
+// lateStore is a store whose look-ups of users answer as they would have
+// just before another node made the first user: none.
 type lateStore struct{ coinpulse.Store }
 
 func (lateStore) UserByEmail(context.Context, string) (*coinpulse.User, error) {
 	return nil, coinpulse.Errorf(coinpulse.CodeNotFound, "The user was not found.")
 }
+
+func (lateStore) HasUsers(context.Context) (bool, error) { return false, nil }
 
 // Nodes starting together on a new database race to make the demo
 // account: a node that finds it made by another between its look-up and
@@ -618,6 +620,30 @@ func TestDemoAccountRace(t *testing.T) {
 	}
 	if out := second.String(); strings.Contains(out, "sandbox key:") || !strings.Contains(out, "made by another node") {
 		t.Errorf("the second node said:\n%s", out)
+	}
+}
+
+// --demo makes the demo account on a fresh database only: a database
+// that already has accounts (started with --demo=false) gets no pro
+// account with live keys from a later start that left the flag out.
+func TestDemoAccountOnlyOnAFreshDatabase(t *testing.T) {
+	store, err := openStore(t.Context(), "sqlite:"+filepath.Join(t.TempDir(), "cp.db"), "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if err := store.CreateUser(t.Context(), &coinpulse.User{Email: "ops@example.com", Tier: coinpulse.TierFree}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := demoAccount(t.Context(), store, "http://node1", serveConfig{dataDir: defaultDataDir}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.String(); strings.Contains(s, "sk_live_") || !strings.Contains(s, "no demo account") {
+		t.Errorf("demoAccount said:\n%s", s)
+	}
+	if _, err := store.UserByEmail(t.Context(), DemoEmail); !coinpulse.IsNotFound(err) {
+		t.Errorf("the demo account: %v, want none", err)
 	}
 }
 

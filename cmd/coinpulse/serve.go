@@ -494,8 +494,8 @@ func (l *redisLog) Printf(_ context.Context, format string, v ...any) {
 const DemoEmail = "demo@coinpulse.local"
 
 // demoAccount creates the demo account with a live and a sandbox key on a
-// fresh database and prints them with a ready curl line; on later starts
-// it prints how to get a key.
+// fresh database (one without users) and prints them with a ready curl
+// line; on later starts it prints how to get a key.
 func demoAccount(ctx context.Context, store coinpulse.Store, base string, cfg serveConfig, stdout io.Writer) error {
 	dbArg := ""
 	if cfg.db != "" {
@@ -503,13 +503,22 @@ func demoAccount(ctx context.Context, store coinpulse.Store, base string, cfg se
 	} else if cfg.dataDir != defaultDataDir {
 		dbArg = " --data-dir '" + cfg.dataDir + "'"
 	}
-	_, err := store.UserByEmail(ctx, DemoEmail)
-	if err == nil {
-		fmt.Fprintf(stdout, "\nCoinpulse is starting on %s (demo account %s).\nCreate a key for it with:\n  go run ./cmd/coinpulse keys create --email %s%s\nthen: curl -H \"Authorization: Bearer <key>\" %s/api/v1/markets?per_page=5\n\n", base, DemoEmail, DemoEmail, dbArg, base)
-		return nil
-	}
-	if !coinpulse.IsNotFound(err) {
+	// Only a fresh database (one without users) gets the account: an
+	// operator who started without it (--demo=false) must not find a pro
+	// account with live keys added by a later start that left the flag out.
+	has, err := store.HasUsers(ctx)
+	if err != nil {
 		return err
+	}
+	if has {
+		if _, err := store.UserByEmail(ctx, DemoEmail); err == nil {
+			fmt.Fprintf(stdout, "\nCoinpulse is starting on %s (demo account %s).\nCreate a key for it with:\n  go run ./cmd/coinpulse keys create --email %s%s\nthen: curl -H \"Authorization: Bearer <key>\" %s/api/v1/markets?per_page=5\n\n", base, DemoEmail, DemoEmail, dbArg, base)
+			return nil
+		} else if !coinpulse.IsNotFound(err) {
+			return err
+		}
+		fmt.Fprintf(stdout, "\nCoinpulse is starting on %s (no demo account: --demo makes one only on a fresh database).\nCreate a key for an account with:\n  go run ./cmd/coinpulse keys create --email <e-mail>%s\n\n", base, dbArg)
+		return nil
 	}
 	u := &coinpulse.User{Email: DemoEmail, Tier: coinpulse.TierPro}
 	if err := store.CreateUser(ctx, u); coinpulse.ErrorCode(err) == coinpulse.CodeConflict {

@@ -88,6 +88,15 @@ func (db *DB) UserByEmail(ctx context.Context, email string) (*coinpulse.User, e
 	return u, nil
 }
 
+// HasUsers reports whether the store holds any user.
+func (db *DB) HasUsers(ctx context.Context) (bool, error) {
+	var n int
+	if err := db.db.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM users LIMIT 1) AS u`).Scan(&n); err != nil {
+		return false, fmt.Errorf("sqlite: has users: %w", err)
+	}
+	return n > 0, nil
+}
+
 // SetUserTier sets a user's tier and its expiry (nil: none) and bumps the
 // auth epoch, in one transaction. An unknown user is a RESOURCE_NOT_FOUND
 // error, an unknown tier a VALIDATION_ERROR.

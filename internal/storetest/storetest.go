@@ -31,6 +31,7 @@ func Run(t *testing.T, open func(t *testing.T) coinpulse.Store) {
 		{"Users/Defaults", testCreateUserDefaults},
 		{"Users/DuplicateEmail", testDuplicateEmail},
 		{"Users/NotFound", testUserNotFound},
+		{"Users/HasUsers", testHasUsers},
 		{"Users/SetTier", testSetUserTier},
 		{"Keys/CreateAndByHash", testCreateKey},
 		{"Keys/ByHashNotFound", testKeyNotFound},
@@ -313,6 +314,16 @@ func testUserNotFound(t *testing.T, s coinpulse.Store) {
 	wantCode(t, err, coinpulse.CodeNotFound)
 	_, err = s.UserByEmail(t.Context(), "erin@example.co")
 	wantCode(t, err, coinpulse.CodeNotFound)
+}
+
+func testHasUsers(t *testing.T, s coinpulse.Store) {
+	if has, err := s.HasUsers(t.Context()); err != nil || has {
+		t.Errorf("HasUsers on a new store = %v, %v; want false", has, err)
+	}
+	newUser(t, s, "fay@example.com")
+	if has, err := s.HasUsers(t.Context()); err != nil || !has {
+		t.Errorf("HasUsers after CreateUser = %v, %v; want true", has, err)
+	}
 }
 
 func testSetUserTier(t *testing.T, s coinpulse.Store) {
