@@ -164,6 +164,14 @@ type Delivery struct {
 	DeliveredAt    *time.Time
 }
 
+// Entitlement is what an account's plan in force and its subscription
+// allow of its alerts now: Alerts, that they fire and send e-mail;
+// Webhooks, that their firings also go to its webhooks.
+type Entitlement struct{ Alerts, Webhooks bool }
+
+// EntitlementFunc says what the account userID is entitled to now.
+type EntitlementFunc func(ctx context.Context, userID int64) (Entitlement, error)
+
 // Attempt is the outcome of one delivery attempt.
 type Attempt struct {
 	At time.Time

@@ -273,6 +273,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	srv := api.New(apiCfg)
 	hub := srv.Hub()
 	announceFirings(evaluator, hub, dispatcher)
+	evaluator.SetEntitled(srv.Entitlement)
+	dispatcher.SetEntitled(srv.Entitlement)
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {

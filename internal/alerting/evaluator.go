@@ -26,8 +26,11 @@ type Evaluator struct {
 	// onFire receives, after each tick, the alerts whose armings the tick
 	// saw fired (by this node or another).
 	onFire func(fired []coinpulse.Alert)
-	log    *slog.Logger
-	margin time.Duration
+	// entitled, when set, says whose alerts may fire: those of an account
+	// whose plan or subscription no longer allows alerts stay armed.
+	entitled coinpulse.EntitlementFunc
+	log      *slog.Logger
+	margin   time.Duration
 
 	polled time.Time // when the last poll of new armings started
 	loaded bool
@@ -42,6 +45,7 @@ type Evaluator struct {
 	// the store) is announced once; kept for twice the margin.
 	announced map[announcedKey]time.Time
 	crossed   []Entry
+	held      map[int64]bool // a tick's look-ups of entitled
 	prices    []Price
 	nodeTime  func() time.Time
 }
@@ -53,7 +57,11 @@ type EvaluatorConfig struct {
 	Event coinpulse.EventFunc
 	// OnFire is called after each tick with the alerts it saw fired.
 	OnFire func(fired []coinpulse.Alert)
-	Log    *slog.Logger
+	// Entitled says whose alerts may fire (nil: everyone's). A crossed
+	// alert of an account that is not entitled to alerts stays armed, and
+	// fires at a later crossing once the account is entitled again.
+	Entitled coinpulse.EntitlementFunc
+	Log      *slog.Logger
 	// PollMargin is how far back each poll for new armings reaches
 	// (default 30 s): more than any clock skew between nodes plus the
 	// longest a creating transaction takes to commit.
@@ -68,7 +76,7 @@ const pageSize = 10_000
 // NewEvaluator returns an evaluator with an empty index; the first
 // Evaluate loads it.
 func NewEvaluator(cfg EvaluatorConfig) *Evaluator {
-	ev := &Evaluator{store: cfg.Store, index: NewIndex(), event: cfg.Event, onFire: cfg.OnFire,
+	ev := &Evaluator{store: cfg.Store, index: NewIndex(), event: cfg.Event, onFire: cfg.OnFire, entitled: cfg.Entitled,
 		log: cfg.Log, margin: cfg.PollMargin, nodeTime: cfg.Clock, announced: map[announcedKey]time.Time{}}
 	if ev.log == nil {
 		ev.log = slog.Default()
@@ -89,6 +97,10 @@ type announcedKey struct{ id, armedSeq int64 }
 // saw fired; call it before Run.
 func (ev *Evaluator) SetOnFire(f func(fired []coinpulse.Alert)) { ev.onFire = f }
 
+// SetEntitled sets the function that says whose alerts may fire (see
+// EvaluatorConfig.Entitled); call it before Run.
+func (ev *Evaluator) SetEntitled(f coinpulse.EntitlementFunc) { ev.entitled = f }
+
 // Index returns the evaluator's index.
 func (ev *Evaluator) Index() *Index { return ev.index }
 
@@ -105,7 +117,7 @@ func (ev *Evaluator) Disarmed(id int64) { ev.index.Remove(id) }
 
 // EntryOf is an alert's index entry.
 func EntryOf(a *coinpulse.Alert) Entry {
-	return Entry{ID: a.ID, ArmedSeq: a.ArmedSeq, CoinID: a.CoinID, Target: a.TargetPrice.InexactFloat64(), Cond: a.Condition}
+	return Entry{ID: a.ID, ArmedSeq: a.ArmedSeq, UserID: a.Owner.UserID, CoinID: a.CoinID, Target: a.TargetPrice.InexactFloat64(), Cond: a.Condition}
 }
 
 // Run evaluates every snapshot snaps delivers until ctx ends. A failed
@@ -137,6 +149,9 @@ func (ev *Evaluator) Evaluate(ctx context.Context, snap *market.Snapshot) ([]coi
 		ev.prices = append(ev.prices, Price{CoinID: c.ID, Price: c.CurrentPrice})
 	}
 	ev.crossed = ev.index.Tick(ev.crossed[:0], ev.prices)
+	if err := ev.hold(ctx); err != nil {
+		return nil, err
+	}
 	var fired []coinpulse.Alert
 	if len(ev.crossed) > 0 {
 		at := snap.AsOf.UTC()
@@ -163,6 +178,46 @@ func (ev *Evaluator) Evaluate(ctx context.Context, snap *market.Snapshot) ([]coi
 		ev.onFire(news)
 	}
 	return news, nil
+}
+
+// hold puts back in the index, armed, the crossed alerts of accounts not
+// entitled to alerts now (a lower plan, an expired subscription), so that
+// they neither fire nor send anything until the account is entitled again.
+// If an account's entitlement cannot be read, every crossed alert is put
+// back and the next tick tries again.
+func (ev *Evaluator) hold(ctx context.Context) error {
+	if ev.entitled == nil || len(ev.crossed) == 0 {
+		return nil
+	}
+	clear(ev.held)
+	if ev.held == nil {
+		ev.held = map[int64]bool{}
+	}
+	kept := ev.crossed[:0]
+	for i, e := range ev.crossed {
+		held, seen := ev.held[e.UserID]
+		if !seen {
+			en, err := ev.entitled(ctx, e.UserID)
+			if err != nil {
+				for _, e := range ev.crossed[i:] {
+					ev.index.Add(e)
+				}
+				for _, e := range kept {
+					ev.index.Add(e)
+				}
+				return fmt.Errorf("read the entitlement of account %d: %w", e.UserID, err)
+			}
+			held = !en.Alerts
+			ev.held[e.UserID] = held
+		}
+		if held {
+			ev.index.Add(e)
+			continue
+		}
+		kept = append(kept, e)
+	}
+	ev.crossed = kept
+	return nil
 }
 
 // recentFirings reads the firings since the previous snapshot's time,

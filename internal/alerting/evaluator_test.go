@@ -203,3 +203,67 @@ func TestEvaluatorAnnouncesOtherNodesFirings(t *testing.T) {
 		t.Fatalf("node A announced %v, node B %v; want [%d] each", heardA, heardB, al.ID)
 	}
 }
+
+// Entitled holds the crossed alerts of accounts without alerts, armed, and
+// a failed look-up puts every crossed alert back for the next tick.
+func TestEvaluatorHoldsAlertsWithoutEntitlement(t *testing.T) {
+	ctx := context.Background()
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "e.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	now := time.Now().UTC().Truncate(time.Second)
+	alert := func(email string) (*coinpulse.User, *coinpulse.Alert) {
+		u := &coinpulse.User{Email: email, Tier: coinpulse.TierPro}
+		if err := db.CreateUser(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+		a := &coinpulse.Alert{Owner: coinpulse.Owner{UserID: u.ID, Mode: coinpulse.ModeLive}, CoinID: "bitcoin", CoinSymbol: "btc",
+			TargetPrice: decimal.NewFromInt(100), Condition: coinpulse.Above, IsActive: true, CreatedAt: now}
+		if err := db.CreateAlert(ctx, a, -1); err != nil {
+			t.Fatal(err)
+		}
+		return u, a
+	}
+	paying, pa := alert("paying@example.com")
+	lapsed, la := alert("lapsed@example.com")
+	entitled := map[int64]bool{paying.ID: true}
+	var fail error
+	looks := 0
+	ev := alerting.NewEvaluator(alerting.EvaluatorConfig{Store: db, Event: event, Clock: func() time.Time { return now },
+		Entitled: func(_ context.Context, id int64) (coinpulse.Entitlement, error) {
+			looks++
+			return coinpulse.Entitlement{Alerts: entitled[id], Webhooks: entitled[id]}, fail
+		}})
+	tick := func(sec int) ([]coinpulse.Alert, error) {
+		return ev.Evaluate(ctx, snapshot(now.Add(time.Duration(sec)*time.Second), map[string]float64{"bitcoin": 150}))
+	}
+
+	fail = errors.New("database unavailable")
+	if _, err := tick(0); err == nil {
+		t.Fatal("a failed look-up: want its error")
+	}
+	if ev.Index().Len() != 2 {
+		t.Fatalf("after a failed look-up the index holds %d, want both alerts", ev.Index().Len())
+	}
+	fail = nil
+	fired, err := tick(1)
+	if err != nil || len(fired) != 1 || fired[0].ID != pa.ID {
+		t.Fatalf("fired %+v, %v; want only the paying account's %d", fired, err, pa.ID)
+	}
+	if _, armed := ev.Index().Get(la.ID); !armed {
+		t.Fatal("the lapsed account's alert left the index")
+	}
+	if a, err := db.Alert(ctx, la.Owner, la.ID); err != nil || !a.IsActive || a.TriggeredAt != nil {
+		t.Fatalf("the held alert in the store: %+v, %v", a, err)
+	}
+	looks = 0
+	if fired, err := tick(2); err != nil || len(fired) != 0 || looks != 1 {
+		t.Fatalf("held again: fired %+v, %v, %d look-ups; want none, one look-up", fired, err, looks)
+	}
+	entitled[lapsed.ID] = true
+	if fired, err := tick(3); err != nil || len(fired) != 1 || fired[0].ID != la.ID {
+		t.Fatalf("entitled again: fired %+v, %v; want %d", fired, err, la.ID)
+	}
+}

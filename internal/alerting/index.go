@@ -32,9 +32,9 @@
 // up to 64 keys, so a coin holding a million entries is four levels deep.
 // Crossing removes a leaf's worth of the prefix at a time, O(log n) per
 // leaf plus O(1) amortised per entry. A separate map from alert id to the
-// entry's coin, side and target lets Remove find the key to delete, and Add
-// find the entry it replaces. The whole takes about 120 bytes per entry
-// (BenchmarkTick's B/entry), most of it the map's; with a million entries
+// entry's coin, side, target and owner lets Remove find the key to delete,
+// and Add find the entry it replaces. The whole takes about 120 to 135
+// bytes per entry (BenchmarkTick's B/entry), most of it the map's; with a million entries
 // the map is far larger than the CPU caches, and its lookup is most of what
 // crossing an entry costs.
 //
@@ -62,6 +62,9 @@ type Entry struct {
 	// coinpulse.Alert.ArmedSeq); the index carries it, and does not look
 	// at it.
 	ArmedSeq int64
+	// UserID is the alert owner's account; the index carries it, and does
+	// not look at it.
+	UserID int64
 	// CoinID is the coin whose prices can cross the entry.
 	CoinID string
 	// Target is the price to cross. A NaN target is never crossed.
@@ -109,6 +112,7 @@ type side struct {
 type slot struct {
 	side   *side
 	seq    int64
+	user   int64
 	target float64
 }
 
@@ -155,7 +159,7 @@ func (ix *Index) Get(id int64) (Entry, bool) {
 }
 
 func (s slot) entry(id int64) Entry {
-	e := Entry{ID: id, ArmedSeq: s.seq, CoinID: s.side.coin.id, Target: s.target, Cond: coinpulse.Above}
+	e := Entry{ID: id, ArmedSeq: s.seq, UserID: s.user, CoinID: s.side.coin.id, Target: s.target, Cond: coinpulse.Above}
 	if s.side.below {
 		e.Cond = coinpulse.Below
 	}
@@ -174,7 +178,7 @@ func (ix *Index) Add(e Entry) {
 	if had && old.side.coin.id == e.CoinID && old.side.below == below && keyOf(old.target, below) == k {
 		// Same place: only the arming or the target's sign of zero
 		// changed.
-		ix.ids[e.ID] = slot{old.side, e.ArmedSeq, e.Target}
+		ix.ids[e.ID] = slot{old.side, e.ArmedSeq, e.UserID, e.Target}
 		return
 	}
 	c := ix.coins[e.CoinID]
@@ -192,7 +196,7 @@ func (ix *Index) Add(e Entry) {
 		sd = &c.below
 	}
 	sd.insert(key{k, e.ID})
-	ix.ids[e.ID] = slot{sd, e.ArmedSeq, e.Target}
+	ix.ids[e.ID] = slot{sd, e.ArmedSeq, e.UserID, e.Target}
 	if had {
 		old.side.delete(key{keyOf(old.target, old.side.below), e.ID})
 		ix.dropIfEmpty(old.side.coin)
@@ -264,7 +268,7 @@ func (ix *Index) cross(dst []Entry, coinID string, price float64) []Entry {
 		if i >= na {
 			cond = coinpulse.Below
 		}
-		dst = append(dst, Entry{ID: k.id, ArmedSeq: s.seq, CoinID: c.id, Target: s.target, Cond: cond})
+		dst = append(dst, Entry{ID: k.id, ArmedSeq: s.seq, UserID: s.user, CoinID: c.id, Target: s.target, Cond: cond})
 	}
 	if cap(buf) <= maxScratch {
 		ix.buf = buf[:0]

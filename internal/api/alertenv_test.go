@@ -149,7 +149,6 @@ func newAlertEnv(tb testing.TB, opts alertEnvOptions) *alertEnv {
 		}
 		e.disp = notify.NewDispatcher(store, sender, opts.mailer, quiet, do)
 		cfg.Deliveries = e.disp
-		wg.Go(func() { e.disp.Run(ctx) })
 	}
 	if opts.metered {
 		now := time.Now
@@ -164,6 +163,11 @@ func newAlertEnv(tb testing.TB, opts alertEnvOptions) *alertEnv {
 	}
 	e.srv = New(cfg)
 	e.hub = e.srv.Hub()
+	e.ev.SetEntitled(e.srv.Entitlement)
+	if e.disp != nil {
+		e.disp.SetEntitled(e.srv.Entitlement)
+		wg.Go(func() { e.disp.Run(ctx) })
+	}
 	wg.Go(func() { e.srv.Run(ctx) })
 	// As serve's announceFirings.
 	e.ev.SetOnFire(func(fired []coinpulse.Alert) {

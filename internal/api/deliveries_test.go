@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"mime"
 	"net"
 	"net/http"
@@ -196,6 +197,87 @@ func TestDelivery410DisablesEndpoint(t *testing.T) {
 	}
 	if n := len(rc.got()); n != 1 {
 		t.Errorf("the receiver got %d requests, want 1", n)
+	}
+}
+
+// An account that loses alerts (a lower tier, an expired subscription)
+// has its alerts held, armed: a crossing fires nothing and sends nothing,
+// and the alert fires at a crossing once the account has alerts again. A
+// delivery made before the change fails unsent.
+func TestAlertsHeldWithoutEntitlement(t *testing.T) {
+	t.Parallel()
+	env, _ := deliveryEnv(t, notify.SenderOptions{}, nil)
+	u := env.user(coinpulse.TierPremium)
+	key := env.key(u, coinpulse.ModeLive, rw)
+	rc := newHookReceiver(t, nil)
+	w := env.createWebhook(key, rc.url())
+	a := env.createAlert(key, `{"coin_id":"bitcoin","target_price":"1000","condition":"above"}`)
+	expired := env.now().Add(-time.Hour)
+	for _, change := range []struct {
+		tier    coinpulse.Tier
+		expires *time.Time
+	}{{coinpulse.TierFree, nil}, {coinpulse.TierPremium, &expired}} {
+		if err := env.store.SetUserTier(env.ctx, u.ID, change.tier, change.expires); err != nil {
+			t.Fatal(err)
+		}
+		if fired := env.tick(map[string]float64{"bitcoin": 1234.56}); len(fired) != 0 {
+			t.Errorf("tier %s, expires %v: fired %+v", change.tier, change.expires, fired)
+		}
+		if _, armed := env.ev.Index().Get(a.ID); !armed {
+			t.Errorf("tier %s, expires %v: the alert left the index", change.tier, change.expires)
+		}
+	}
+	if err := env.store.SetUserTier(env.ctx, u.ID, coinpulse.TierPremium, nil); err != nil {
+		t.Fatal(err)
+	}
+	if fired := env.tick(map[string]float64{"bitcoin": 1234.56}); len(fired) != 1 || fired[0].ID != a.ID {
+		t.Fatalf("entitled again: fired %+v, want alert %d", fired, a.ID)
+	}
+	env.waitDelivery(key, w.ID, "delivered", func(d jsonDelivery) bool { return d.Status == "delivered" })
+
+	// A firing whose delivery is still to be sent when the account is
+	// downgraded: its webhook delivery fails unsent.
+	rc2 := newHookReceiver(t, func(n int, w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusInternalServerError) })
+	w2 := env.createWebhook(key, rc2.url())
+	env.fireAlert(key, false)
+	env.waitDelivery(key, w2.ID, "a retry", func(d jsonDelivery) bool { return d.Attempts == 1 && d.Status == "pending" })
+	if err := env.store.SetUserTier(env.ctx, u.ID, coinpulse.TierFree, nil); err != nil {
+		t.Fatal(err)
+	}
+	env.stepTo(env.now().Add(time.Hour))
+	pollUntil(t, "the delivery failed", func() bool {
+		ds, err := env.store.Deliveries(env.ctx, coinpulse.Owner{UserID: u.ID, Mode: coinpulse.ModeLive}, w2.ID, 10)
+		return err == nil && len(ds) == 1 && ds[0].Status == coinpulse.DeliveryFailed &&
+			ds[0].LastError == "the account's plan or subscription no longer includes alerts"
+	})
+	if n := len(rc2.got()); n != 1 {
+		t.Errorf("the receiver got %d requests, want the one before the downgrade", n)
+	}
+}
+
+// A plan with alerts but without webhooks: alerts fire, webhook
+// deliveries fail unsent.
+func TestWebhooksHeldWithoutEntitlement(t *testing.T) {
+	t.Parallel()
+	plans := coinpulse.DefaultPlans()
+	env := newAlertEnv(t, alertEnvOptions{allowPrivate: true, dispatch: true, clock: newFakeClock(), plans: plans})
+	u := env.user(coinpulse.TierPremium)
+	key := env.key(u, coinpulse.ModeLive, rw)
+	rc := newHookReceiver(t, nil)
+	w := env.createWebhook(key, rc.url())
+	lowered := maps.Clone(plans)
+	p := lowered[coinpulse.TierPremium]
+	p.Webhooks = false
+	lowered[coinpulse.TierPremium] = p
+	env.srv.SetPlans(env.ctx, lowered)
+	env.fireAlert(key, false)
+	pollUntil(t, "the delivery failed", func() bool {
+		ds, err := env.store.Deliveries(env.ctx, coinpulse.Owner{UserID: u.ID, Mode: coinpulse.ModeLive}, w.ID, 10)
+		return err == nil && len(ds) == 1 && ds[0].Status == coinpulse.DeliveryFailed &&
+			ds[0].LastError == "the account's plan no longer includes webhooks"
+	})
+	if n := len(rc.got()); n != 0 {
+		t.Errorf("the receiver got %d requests, want none", n)
 	}
 }
 

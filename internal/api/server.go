@@ -159,6 +159,28 @@ type Route struct {
 // planMap returns the plans in force, which callers must not change.
 func (s *Server) planMap() map[coinpulse.Tier]coinpulse.Plan { return *s.plans.Load() }
 
+// Entitlement says what the plan in force and the subscription of the
+// account userID allow of its alerts now: that they fire and send e-mail
+// (a plan with every endpoint, a subscription not expired), and that they
+// also go to its webhooks (a plan with webhooks). An account that is gone
+// is entitled to nothing. The alert evaluator and the delivery dispatcher
+// ask it, so that a downgrade, an expiry or a plan reload stops firings
+// and deliveries as it stops the API's alert and webhook calls.
+func (s *Server) Entitlement(ctx context.Context, userID int64) (coinpulse.Entitlement, error) {
+	u, err := s.store.UserByID(ctx, userID)
+	if coinpulse.IsNotFound(err) {
+		return coinpulse.Entitlement{}, nil
+	}
+	if err != nil {
+		return coinpulse.Entitlement{}, err
+	}
+	plan, ok := s.planMap()[u.Tier]
+	if !ok || u.SubscriptionExpired(s.clock()) || !planAllows(plan, Route{}) {
+		return coinpulse.Entitlement{}, nil
+	}
+	return coinpulse.Entitlement{Alerts: true, Webhooks: plan.Webhooks}, nil
+}
+
 // SetPlans puts plans in force from the next call on (serve does so on
 // SIGHUP): the rate limits, endpoints, webhooks and portfolio and alert
 // allowances of every call that follows are the new plans', and the

@@ -72,6 +72,16 @@ func BenchmarkFireAndDeliver1000(b *testing.B) {
 		clear(seen)
 		mu.Unlock()
 		d := notify.NewDispatcher(db, notify.NewSender(notify.SenderOptions{AllowPrivate: true}), nil, nil, notify.DispatchOptions{})
+		// As serve's (api.Server.Entitlement): each delivery reads its
+		// account.
+		d.SetEntitled(func(ctx context.Context, id int64) (coinpulse.Entitlement, error) {
+			u, err := db.UserByID(ctx, id)
+			if err != nil {
+				return coinpulse.Entitlement{}, err
+			}
+			ok := !u.SubscriptionExpired(time.Now())
+			return coinpulse.Entitlement{Alerts: ok, Webhooks: ok}, nil
+		})
 		dctx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { d.Run(dctx); close(done) }()

@@ -26,6 +26,8 @@ type Dispatcher struct {
 	clock  func() time.Time
 	opts   DispatchOptions
 	wake   chan struct{}
+	// entitled, when set, says whose firings may still be sent.
+	entitled coinpulse.EntitlementFunc
 }
 
 // DispatchStore is what the dispatcher needs of the store.
@@ -78,6 +80,31 @@ func NewDispatcher(store DispatchStore, sender *Sender, mailer *Mailer, log *slo
 	}
 	return &Dispatcher{store: store, sender: sender, mailer: mailer, log: log, clock: opts.Clock, opts: opts,
 		wake: make(chan struct{}, 1)}
+}
+
+// SetEntitled sets the function that says whose firings may still be
+// sent; call it before Run. A firing's delivery to an account whose plan
+// or subscription no longer includes alerts (e-mail, webhooks) or
+// webhooks (webhooks) fails at its next attempt, without being sent.
+func (d *Dispatcher) SetEntitled(f coinpulse.EntitlementFunc) { d.entitled = f }
+
+// refused returns the failed attempt of a firing's delivery that the
+// owner's account is no longer entitled to, or ok false when it may be
+// sent (a test event always may: the API sends it to an entitled caller).
+func (d *Dispatcher) refused(ctx context.Context, del coinpulse.Delivery, now time.Time) (coinpulse.Attempt, bool) {
+	if d.entitled == nil || del.EventType == coinpulse.EventWebhookTest {
+		return coinpulse.Attempt{}, false
+	}
+	en, err := d.entitled(ctx, del.Owner.UserID)
+	switch {
+	case err != nil:
+		return coinpulse.Attempt{At: now, Status: coinpulse.DeliveryPending, NextAttemptAt: now.Add(time.Minute), Error: "internal error; will retry"}, true
+	case !en.Alerts:
+		return coinpulse.Attempt{At: now, Status: coinpulse.DeliveryFailed, Error: "the account's plan or subscription no longer includes alerts"}, true
+	case del.Kind == coinpulse.KindWebhook && !en.Webhooks:
+		return coinpulse.Attempt{At: now, Status: coinpulse.DeliveryFailed, Error: "the account's plan no longer includes webhooks"}, true
+	}
+	return coinpulse.Attempt{}, false
 }
 
 // Wake makes the dispatcher look for due deliveries now (after a firing).
@@ -164,6 +191,9 @@ func (d *Dispatcher) webhook(ctx context.Context, del coinpulse.Delivery) coinpu
 	case !wh.Enabled && del.EventType != coinpulse.EventWebhookTest:
 		return coinpulse.Attempt{At: now, Status: coinpulse.DeliveryFailed, Error: "the endpoint is disabled: " + wh.DisabledReason}
 	}
+	if a, ok := d.refused(ctx, del, now); ok {
+		return a
+	}
 	res := d.sender.Send(ctx, wh.URL, wh.Secret, del, now)
 	a := d.sender.Outcome(res, del.Attempts+1, d.clock())
 	if !wh.Enabled { // a test event to a disabled endpoint: no retries, no disabling
@@ -199,6 +229,9 @@ func (d *Dispatcher) email(ctx context.Context, del coinpulse.Delivery) coinpuls
 	var ev mailEvent
 	if err := json.Unmarshal(del.Payload, &ev); err != nil {
 		return coinpulse.Attempt{At: now, Status: coinpulse.DeliveryFailed, Error: "the event could not be read"}
+	}
+	if a, ok := d.refused(ctx, del, now); ok {
+		return a
 	}
 	u, err := d.store.UserByID(ctx, del.Owner.UserID)
 	if err != nil {
