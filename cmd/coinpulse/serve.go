@@ -274,6 +274,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	hub := srv.Hub()
 	announceFirings(evaluator, hub, dispatcher)
 	evaluator.SetEntitled(srv.Entitlement)
+	dash.SetOnRevoke(srv.RefreshAuth)
 	dispatcher.SetEntitled(srv.Entitlement)
 
 	ln, err := net.Listen("tcp", cfg.addr)

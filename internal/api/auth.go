@@ -193,6 +193,7 @@ type cacheEntry struct {
 
 const (
 	epochPoll     = 25 * time.Millisecond
+	pollWarnEvery = 10 * time.Second
 	touchInterval = 5 * time.Second
 	maxCached     = 100_000
 )
@@ -249,6 +250,19 @@ func (c *keyCache) setEpoch(epoch int64) bool {
 	return true
 }
 
+// refresh reads the auth epoch and, when it is new, drops every entry
+// and runs onChange.
+func (c *keyCache) refresh(ctx context.Context) error {
+	epoch, err := c.store.AuthEpoch(ctx)
+	if err != nil {
+		return err
+	}
+	if c.setEpoch(epoch) && c.onChange != nil {
+		c.onChange(ctx)
+	}
+	return nil
+}
+
 func (c *keyCache) touch(keyID int64, t time.Time) {
 	c.touchMu.Lock()
 	c.touched[keyID] = t
@@ -271,6 +285,11 @@ func (c *keyCache) flushTouched(ctx context.Context) error {
 func (c *keyCache) run(ctx context.Context, log *slog.Logger) {
 	poll := time.NewTicker(epochPoll)
 	flush := time.NewTicker(touchInterval)
+	var (
+		down   bool      // the last poll failed
+		failed int       // failures since the last warning
+		warned time.Time // when the last warning was logged
+	)
 	defer poll.Stop()
 	defer flush.Stop()
 	for {
@@ -283,15 +302,21 @@ func (c *keyCache) run(ctx context.Context, log *slog.Logger) {
 			}
 			return
 		case <-poll.C:
-			epoch, err := c.store.AuthEpoch(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					log.Warn("poll auth epoch", "err", err)
+			err := c.refresh(ctx)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				// At most one warning every pollWarnEvery while the store
+				// fails (the poll runs 40 times a second), then one line
+				// when it answers again.
+				failed++
+				if now := time.Now(); now.Sub(warned) >= pollWarnEvery {
+					log.Warn("poll auth epoch; cached keys stay in use until it answers", "err", err, "failures_since_last", failed)
+					warned, failed = now, 0
 				}
-				continue
-			}
-			if c.setEpoch(epoch) && c.onChange != nil {
-				c.onChange(ctx)
+				down = true
+			case err == nil && down:
+				log.Info("auth epoch poll answers again")
+				down, failed, warned = false, 0, time.Time{}
 			}
 		case <-flush.C:
 			if err := c.flushTouched(ctx); err != nil && ctx.Err() == nil {

@@ -159,6 +159,16 @@ type Route struct {
 // planMap returns the plans in force, which callers must not change.
 func (s *Server) planMap() map[coinpulse.Tier]coinpulse.Plan { return *s.plans.Load() }
 
+// RefreshAuth reads the auth epoch now rather than at the next poll, so
+// that a change this node just made (the dashboard's revocation of a key)
+// holds from this node's next request on; other nodes see it at their
+// next poll (25 ms). A failed read is logged; the poll catches up.
+func (s *Server) RefreshAuth(ctx context.Context) {
+	if err := s.keys.refresh(ctx); err != nil {
+		s.log.Warn("read the auth epoch after a change; the next poll will", "err", err)
+	}
+}
+
 // Entitlement says what the plan in force and the subscription of the
 // account userID allow of its alerts now: that they fire and send e-mail
 // (a plan with every endpoint, a subscription not expired), and that they

@@ -95,6 +95,7 @@ type Dashboard struct {
 	billingURL string
 	secure     bool
 	limiter    coinpulse.Limiter
+	revoked    func(ctx context.Context) // SetOnRevoke's
 	pages      map[string]*template.Template
 	mux        *http.ServeMux
 
@@ -112,6 +113,18 @@ var staticFiles embed.FS
 // plans must have every tier, as coinpulse.LoadPlans makes sure; the
 // caller must not change it afterwards.
 func (d *Dashboard) SetPlans(plans map[coinpulse.Tier]coinpulse.Plan) { d.plans.Store(&plans) }
+
+// SetOnRevoke sets what runs after the dashboard revokes a key (serve:
+// the API's RefreshAuth, so that the key fails from the next request on);
+// call it before serving.
+func (d *Dashboard) SetOnRevoke(f func(ctx context.Context)) { d.revoked = f }
+
+// keyRevoked runs SetOnRevoke's function.
+func (d *Dashboard) keyRevoked(ctx context.Context) {
+	if d.revoked != nil {
+		d.revoked(ctx)
+	}
+}
 
 // plan returns tier's plan in force.
 func (d *Dashboard) plan(t coinpulse.Tier) coinpulse.Plan { return (*d.plans.Load())[t] }

@@ -240,6 +240,7 @@ func (d *Dashboard) dataRevoke(w http.ResponseWriter, r *http.Request) {
 		d.jsonError(w, err)
 		return
 	}
+	d.keyRevoked(r.Context())
 	keys, err := d.store.KeysByUser(r.Context(), a.user.ID)
 	if err != nil {
 		d.jsonError(w, err)

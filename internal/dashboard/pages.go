@@ -294,5 +294,6 @@ func (d *Dashboard) revoke(w http.ResponseWriter, r *http.Request) {
 		d.serverError(w, r, err)
 		return
 	}
+	d.keyRevoked(r.Context())
 	http.Redirect(w, r, basePath+"?revoked="+strconv.FormatInt(id, 10), http.StatusSeeOther)
 }
