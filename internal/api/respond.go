@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"coinpulse"
@@ -179,6 +182,15 @@ func writeData(w http.ResponseWriter, status int, data any, meta *Meta) error {
 	return writeRaw(w, status, b, meta)
 }
 
+// unreachable reports whether err comes from a connection that could not
+// be made or broke (refused, reset, cut mid-answer): the database down or
+// failing over, not a fault of the request or the code.
+func unreachable(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, io.ErrUnexpectedEOF)
+}
+
 // writeError writes err as the error envelope. Errors that are not
 // *coinpulse.Error become SERVER_ERROR and are logged with their cause.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
@@ -188,6 +200,16 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var e *coinpulse.Error
 	if errors.As(err, &e) {
 		body.Error.Details = e.Details
+	}
+	if code == coinpulse.CodeServerError && unreachable(err) {
+		// The database (or another service) could not be reached: the
+		// caller may try again, as /readyz tells the load balancer.
+		s.log.Error("request failed: a service does not answer", "err", err, "method", r.Method, "path", r.URL.Path, "request_id", body.Meta.RequestID)
+		code = coinpulse.CodeUnavailable
+		body.Error.Code = code
+		body.Error.Message = "The service's database does not answer; try again in a moment (request id " + body.Meta.RequestID + ")."
+		w.Header().Set("Retry-After", "1")
+		goto write
 	}
 	if code == coinpulse.CodeServerError {
 		if errors.Is(err, errSimulated) {

@@ -1,0 +1,62 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"coinpulse"
+)
+
+// downStore fails every key look-up with err, as a store whose database
+// does not answer.
+type downStore struct {
+	coinpulse.Store
+	err error
+}
+
+func (s downStore) KeyByHash(context.Context, string) (*coinpulse.APIKey, error) { return nil, s.err }
+
+// A database that does not answer is 503 SERVICE_UNAVAILABLE with
+// Retry-After, as /readyz says it, not a 500: the caller may try again.
+func TestUnreachableDatabaseIs503(t *testing.T) {
+	t.Parallel()
+	// pgx's own error for a server that refuses the connection: a port
+	// nobody listens on.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, pgErr := pgx.Connect(t.Context(), "postgres://coinpulse@"+addr+"/coinpulse?connect_timeout=5")
+	if pgErr == nil {
+		t.Fatal("pgx connected to a closed port")
+	}
+	for _, c := range []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"connection refused", fmt.Errorf("postgres: key by hash: %w", pgErr), 503},
+		{"another failure", fmt.Errorf("postgres: key by hash: %w", pgx.ErrTxClosed), 500},
+	} {
+		env := newAlertEnv(t, alertEnvOptions{wrapStore: func(s coinpulse.Store) coinpulse.Store { return downStore{s, c.err} }})
+		res := do(t, env.srv, "GET", "/api/v1/markets/global", env.newKey(coinpulse.TierPro))
+		if res.Status != c.want {
+			t.Errorf("%s: %d %s, want %d", c.name, res.Status, res.Raw, c.want)
+			continue
+		}
+		if c.want != 503 {
+			continue
+		}
+		if res.Error.Code != "SERVICE_UNAVAILABLE" || res.Header.Get("Retry-After") != "1" ||
+			!strings.Contains(res.Error.Message, "database does not answer") || res.Header.Get("X-Request-Id") == "" {
+			t.Errorf("%s: %s %q, Retry-After %q", c.name, res.Error.Code, res.Error.Message, res.Header.Get("Retry-After"))
+		}
+	}
+}
