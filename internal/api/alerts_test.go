@@ -152,10 +152,10 @@ func TestAlertValidation(t *testing.T) {
 		{`{"coin_id":"bitcoin","target_price":1,"condition":"above","is_active":false}`, []string{"is_active"}},
 		{`{"coin_id":"bitcoin","target_price":1,"condition":"above","triggered_price":3}`, []string{"triggered_price"}},
 		{`{"coin_id":"nope","target_price":0,"condition":"up","notify_email":"no","x":1}`, []string{"coin_id", "condition", "notify_email", "target_price", "x"}},
-		{`{"coin_id":"bitcoin","target_price":1,"condition":"above"`, nil},
-		{`[{"coin_id":"bitcoin","target_price":1,"condition":"above"}]`, nil},
-		{`"bitcoin"`, nil},
-		{`null`, nil},
+		{`{"coin_id":"bitcoin","target_price":1,"condition":"above"`, []string{"body"}},
+		{`[{"coin_id":"bitcoin","target_price":1,"condition":"above"}]`, []string{"body"}},
+		{`"bitcoin"`, []string{"body"}},
+		{`null`, []string{"body"}},
 	} {
 		res := send(t, env.srv, "POST", "/api/v1/alerts", key, tc.body)
 		if res.Status != http.StatusUnprocessableEntity || res.Error.Code != string(coinpulse.CodeValidation) || res.Error.Message == "" {

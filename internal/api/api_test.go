@@ -192,6 +192,9 @@ func TestAuthentication(t *testing.T) {
 			if strings.Contains(string(res.Raw), key[8:]) {
 				t.Error("the error echoes the key")
 			}
+			if got := res.Header.Get("WWW-Authenticate"); got != `Bearer realm="coinpulse"` {
+				t.Errorf("WWW-Authenticate %q", got)
+			}
 		})
 	}
 

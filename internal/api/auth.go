@@ -129,7 +129,7 @@ func (s *Server) authorizeAt(p *principal, r *http.Request, rt Route, now time.T
 	case plan.Endpoints == coinpulse.EndpointsNone:
 		why = "has no API access (only /usage answers)"
 	case !rt.Basic && plan.Endpoints != coinpulse.EndpointsAll:
-		why = "includes only the basic endpoints (/markets, /markets/search, /markets/global, /coins/{id}, /usage)"
+		why = "includes only the basic endpoints (/markets, /markets/search, /markets/global, /markets/{id}, /coins/{id}, /usage)"
 	}
 	return coinpulse.Errorf(coinpulse.CodePermissionDenied, "The %s plan %s. %s", u.Tier, why, s.upgradeTo(u.Tier, rt))
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -43,7 +44,7 @@ func readBody(r *http.Request, allowed ...string) (*body, error) {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return nil, bodyTimeout()
 		}
-		return nil, coinpulse.Errorf(coinpulse.CodeValidation, "The request body could not be read.")
+		return nil, bodyError("The request body could not be read.")
 	}
 	b := &body{}
 	raw = bytes.TrimSpace(raw)
@@ -52,13 +53,13 @@ func readBody(r *http.Request, allowed ...string) (*body, error) {
 		return b, nil
 	}
 	if raw[0] != '{' {
-		return nil, coinpulse.Errorf(coinpulse.CodeValidation, "The request body must be a JSON object.")
+		return nil, bodyError("The request body must be a JSON object.")
 	}
 	if !utf8.Valid(raw) {
-		return nil, coinpulse.Errorf(coinpulse.CodeValidation, "The request body is not valid UTF-8, which JSON text must be.")
+		return nil, bodyError("The request body is not valid UTF-8, which JSON text must be.")
 	}
 	if err := json.Unmarshal(raw, &b.fields); err != nil {
-		return nil, coinpulse.Errorf(coinpulse.CodeValidation, "The request body is not valid JSON: %s.", strings.TrimPrefix(err.Error(), "json: "))
+		return nil, bodyError(fmt.Sprintf("The request body is not valid JSON: %s.", strings.TrimPrefix(err.Error(), "json: ")))
 	}
 	takes := "this endpoint takes " + strings.Join(allowed, ", ")
 	if len(allowed) == 0 {
@@ -330,4 +331,15 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 // arrive within its deadline.
 func bodyTimeout() error {
 	return coinpulse.Errorf(coinpulse.CodeRequestTimeout, "The request body did not arrive in time: send the whole body promptly after the headers.")
+}
+
+// bodyError is the VALIDATION_ERROR of a body that is not a JSON object
+// at all: its one detail names the body.
+func bodyError(msg string) error { return partError("body", msg) }
+
+// partError is a VALIDATION_ERROR that no one field is at fault for: its
+// one detail names the part of the request that is (the body, the query
+// string), so that details is never empty on a VALIDATION_ERROR.
+func partError(part, msg string) *coinpulse.Error {
+	return &coinpulse.Error{Code: coinpulse.CodeValidation, Message: msg, Details: []coinpulse.FieldError{{Field: part, Message: msg}}}
 }

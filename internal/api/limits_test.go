@@ -1019,7 +1019,7 @@ func TestPermissionDeniedNamesTheTier(t *testing.T) {
 	}{
 		{proOnly, coinpulse.TierFree, "/api/v1/markets", "The free plan has no API access (only /usage answers). Upgrade to pro at /user/api to use GET /api/v1/markets."},
 		{proOnly, coinpulse.TierEnterprise, "/api/v1/markets", "The enterprise plan has no API access (only /usage answers). The pro plan includes GET /api/v1/markets: change plans at /user/api."},
-		{nil, coinpulse.TierFree, "/api/v1/portfolio", "The free plan includes only the basic endpoints (/markets, /markets/search, /markets/global, /coins/{id}, /usage). Upgrade to premium or higher at /user/api to use GET /api/v1/portfolio."},
+		{nil, coinpulse.TierFree, "/api/v1/portfolio", "The free plan includes only the basic endpoints (/markets, /markets/search, /markets/global, /markets/{id}, /coins/{id}, /usage). Upgrade to premium or higher at /user/api to use GET /api/v1/portfolio."},
 		{noStreams, coinpulse.TierPremium, "/api/v1/webhooks", "The premium plan does not include webhooks and WebSocket streams. Upgrade to pro or higher at /user/api to use GET /api/v1/webhooks."},
 	} {
 		srv := newLimitedServer(t, c.plans)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"net/url"
 	"slices"
 	"strconv"
@@ -33,7 +34,7 @@ func parseQuery(rawQuery string, allowed ...string) (query, error) {
 			continue
 		}
 		if strings.Contains(seg, ";") {
-			return q, coinpulse.Errorf(coinpulse.CodeValidation, "The query string is malformed: separate parameters with &, not ;.")
+			return q, partError("query", "The query string is malformed: separate parameters with &, not ;.")
 		}
 		name, value, _ := strings.Cut(seg, "=")
 		var err error
@@ -64,7 +65,7 @@ func unescape(s string) (string, error) {
 	}
 	u, err := url.QueryUnescape(s)
 	if err != nil {
-		return "", coinpulse.Errorf(coinpulse.CodeValidation, "The query string is malformed: %s.", err)
+		return "", partError("query", fmt.Sprintf("The query string is malformed: %s.", err))
 	}
 	return u, nil
 }

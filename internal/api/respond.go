@@ -201,6 +201,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.As(err, &e) {
 		body.Error.Details = e.Details
 	}
+	if code == coinpulse.CodeValidation && len(body.Error.Details) == 0 {
+		// Clients may read details on every VALIDATION_ERROR.
+		body.Error.Details = []coinpulse.FieldError{{Field: "request", Message: body.Error.Message}}
+	}
 	if code == coinpulse.CodeServerError && unreachable(err) {
 		// The database (or another service) could not be reached: the
 		// caller may try again, as /readyz tells the load balancer.
@@ -226,6 +230,9 @@ write:
 	h.Del("Cache-Control")
 	h.Set("Content-Type", "application/json; charset=utf-8")
 	h.Set("Content-Length", strconv.Itoa(len(b)+1))
+	if code.Status() == http.StatusUnauthorized {
+		h.Set("WWW-Authenticate", `Bearer realm="coinpulse"`) // RFC 9110 §15.5.2
+	}
 	w.WriteHeader(code.Status())
 	w.Write(append(b, '\n'))
 }
