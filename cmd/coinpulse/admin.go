@@ -73,7 +73,7 @@ func parseExpiry(s string) (*time.Time, error) {
 func runUsersCreate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	a := newAdminFlags("users create", stderr)
 	tier := a.fs.String("tier", "free", "tier: free, premium, pro, enterprise or business")
-	expires := a.fs.String("expires", "", "paid tier expiry (RFC 3339); none by default")
+	expires := a.fs.String("expires", "", "paid tier expiry (RFC 3339, in the future, or now); none by default")
 	pw := a.fs.String("password", "", "password for the dashboard (optional)")
 	if err := a.parse(args, getenv); err != nil {
 		return err
@@ -112,9 +112,15 @@ func tierAndExpiry(tier, expires string) (coinpulse.Tier, *time.Time, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	exp, err := parseExpiry(expires)
-	if err != nil {
+	var exp *time.Time
+	if expires == "now" {
+		now := time.Now().UTC()
+		exp = &now
+	} else if exp, err = parseExpiry(expires); err != nil {
 		return "", nil, err
+	} else if exp != nil && !exp.After(time.Now()) {
+		// A mistyped year would lock a paying account out at once.
+		return "", nil, coinpulse.ValidationError("expires", fmt.Sprintf("--expires %s is past: the account would be locked out at once; to end its subscription now, give --expires now", exp.Format(time.RFC3339)))
 	}
 	if exp != nil && t == coinpulse.TierFree {
 		return "", nil, errors.New("--expires: the free tier does not expire; give a paid --tier, or no --expires")
@@ -125,7 +131,7 @@ func tierAndExpiry(tier, expires string) (coinpulse.Tier, *time.Time, error) {
 func runUsersSetTier(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	a := newAdminFlags("users set-tier", stderr)
 	tier := a.fs.String("tier", "", "tier: free, premium, pro, enterprise or business (required)")
-	expires := a.fs.String("expires", "", "paid tier expiry (RFC 3339); empty for none")
+	expires := a.fs.String("expires", "", "paid tier expiry (RFC 3339, in the future, or now to end the subscription at once); empty for none")
 	if err := a.parse(args, getenv); err != nil {
 		return err
 	}

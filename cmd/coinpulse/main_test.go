@@ -647,6 +647,29 @@ func TestDemoAccountOnlyOnAFreshDatabase(t *testing.T) {
 	}
 }
 
+// A tier's expiry in the past is refused (a mistyped year would lock a
+// paying account out); "now" ends a subscription at once.
+func TestUsersExpiryInThePast(t *testing.T) {
+	env := map[string]string{"COINPULSE_DB": "sqlite:" + filepath.Join(t.TempDir(), "cp.db")}
+	if _, _, err := cli(t, env, "users", "create", "--email", "ann@example.com", "--tier", "pro", "--expires", "2020-01-01T00:00:00Z"); coinpulse.ErrorCode(err) != coinpulse.CodeValidation {
+		t.Errorf("users create with a past expiry: %v, want VALIDATION_ERROR", err)
+	}
+	mustCLI(t, env, "users", "create", "--email", "ann@example.com", "--tier", "pro", "--expires", "2100-01-01T00:00:00Z")
+	if _, _, err := cli(t, env, "users", "set-tier", "--email", "ann@example.com", "--tier", "pro", "--expires", "2020-01-01T00:00:00Z"); coinpulse.ErrorCode(err) != coinpulse.CodeValidation || !strings.Contains(err.Error(), "--expires now") {
+		t.Errorf("users set-tier with a past expiry: %v, want VALIDATION_ERROR naming --expires now", err)
+	}
+	mustCLI(t, env, "users", "set-tier", "--email", "ann@example.com", "--tier", "pro", "--expires", "now")
+	store, err := openStore(t.Context(), env["COINPULSE_DB"], "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	u, err := store.UserByEmail(t.Context(), "ann@example.com")
+	if err != nil || !u.SubscriptionExpired(time.Now()) {
+		t.Errorf("after --expires now: %+v, %v; want an expired subscription", u, err)
+	}
+}
+
 // keys create holds names to the dashboard's rules.
 func TestKeysCreateChecksTheName(t *testing.T) {
 	env := map[string]string{"COINPULSE_DB": "sqlite:" + filepath.Join(t.TempDir(), "cp.db")}
