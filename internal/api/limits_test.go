@@ -1039,6 +1039,13 @@ func TestUsageReport(t *testing.T) {
 	srv := newLimitedServer(t, nil)
 	u := newUser(t, coinpulse.TierPremium, nil)
 	key, rec := newKey(t, u, coinpulse.ModeLive, rw, nil)
+	// Before any call is metered, the percentiles are not known: null, not 0.
+	type percentiles struct {
+		ResponseTimeMS map[string]*float64 `json:"response_time_ms"`
+	}
+	if p := decode[percentiles](t, do(t, srv.Server, "GET", "/api/v1/usage", key)).ResponseTimeMS; len(p) != 3 || p["p50"] != nil || p["p95"] != nil || p["p99"] != nil {
+		t.Errorf("a new account's response_time_ms %v, want p50, p95 and p99 null", p)
+	}
 	do(t, srv.Server, "GET", "/api/v1/markets/global", key)
 	do(t, srv.Server, "GET", "/api/v1/coins/bitcoin", key)
 	do(t, srv.Server, "GET", "/api/v1/coins/no-such-coin", key) // a 404 counts
@@ -1076,10 +1083,13 @@ func TestUsageReport(t *testing.T) {
 	if len(v.Daily) != 30 || v.Daily[29].Calls != 3 || v.Daily[29].Date != srv.clock().Format(time.DateOnly) {
 		t.Errorf("daily: %d entries, last %+v", len(v.Daily), v.Daily[len(v.Daily)-1])
 	}
-	if len(v.Keys) != 1 || v.Keys[0].ID != rec.ID || v.Keys[0].Calls != 4 {
-		t.Errorf("keys %+v, want key %d with 4 calls (the /usage call too)", v.Keys, rec.ID)
+	if len(v.Keys) != 1 || v.Keys[0].ID != rec.ID || v.Keys[0].Calls != 5 {
+		t.Errorf("keys %+v, want key %d with 5 calls (the /usage calls too)", v.Keys, rec.ID)
 	}
-	if len(v.Recent) != 4 || v.Recent[0].Route != "/api/v1/usage" || v.Recent[1].Route != "/api/v1/coins/{idOrSymbol}" || v.Recent[1].Status != 404 {
+	if p := decode[percentiles](t, res).ResponseTimeMS; p["p50"] == nil || p["p99"] == nil || *p["p50"] <= 0 {
+		t.Errorf("response_time_ms %v after calls, want numbers", p)
+	}
+	if len(v.Recent) != 5 || v.Recent[0].Route != "/api/v1/usage" || v.Recent[1].Route != "/api/v1/coins/{idOrSymbol}" || v.Recent[1].Status != 404 {
 		t.Errorf("recent %+v", v.Recent)
 	}
 }

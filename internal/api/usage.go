@@ -46,14 +46,14 @@ type usageView struct {
 	Mode          coinpulse.Mode      `json:"mode"`
 	// Windows describe the limits this key's calls are held to: the plan's
 	// for a live key, the sandbox abuse limit for a sandbox key.
-	Windows        []usageWindow      `json:"windows"`
-	MonthCalls     int64              `json:"month_calls"`
-	MonthlyLimit   *int64             `json:"monthly_limit"`
-	MonthResetsAt  time.Time          `json:"month_resets_at"`
-	Daily          []usageDay         `json:"daily"`
-	ResponseTimeMS map[string]float64 `json:"response_time_ms"`
-	Keys           []usageKey         `json:"keys"`
-	Recent         []usageCall        `json:"recent"`
+	Windows        []usageWindow       `json:"windows"`
+	MonthCalls     int64               `json:"month_calls"`
+	MonthlyLimit   *int64              `json:"monthly_limit"`
+	MonthResetsAt  time.Time           `json:"month_resets_at"`
+	Daily          []usageDay          `json:"daily"`
+	ResponseTimeMS map[string]*float64 `json:"response_time_ms"`
+	Keys           []usageKey          `json:"keys"`
+	Recent         []usageCall         `json:"recent"`
 }
 
 func limitPtr(n int64) *int64 {
@@ -74,6 +74,17 @@ func monthlyLimit(p coinpulse.Plan) *int64 {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// msOrNull is a percentile in milliseconds, or null when there were no
+// calls to take it of (a percentile is never 0: its histogram buckets
+// start at 0.05 ms).
+func msOrNull(d time.Duration) *float64 {
+	if d <= 0 {
+		return nil
+	}
+	v := ms(d)
+	return &v
+}
 
 // GET /usage: free of charge on every plan.
 func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
@@ -123,7 +134,7 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
 	out := usageView{
 		Tier: p.user.Tier, TierExpiresAt: p.user.TierExpiresAt, Endpoints: plan.Endpoints, Mode: p.key.Mode,
 		MonthCalls: u.MonthCalls, MonthlyLimit: monthlyLimit(plan), MonthResetsAt: coinpulse.MonthStart(now).AddDate(0, 1, 0),
-		ResponseTimeMS: map[string]float64{"p50": ms(u.P50), "p95": ms(u.P95), "p99": ms(u.P99)},
+		ResponseTimeMS: map[string]*float64{"p50": msOrNull(u.P50), "p95": msOrNull(u.P95), "p99": msOrNull(u.P99)},
 		Windows:        []usageWindow{}, Daily: make([]usageDay, len(u.Daily)), Keys: []usageKey{}, Recent: make([]usageCall, len(u.Recent)),
 	}
 	if v != nil {
