@@ -80,14 +80,16 @@ func (q *query) lookup(name string) (string, bool) {
 }
 
 // int returns the integer parameter name, def when absent, or a
-// VALIDATION_ERROR naming the range.
+// VALIDATION_ERROR naming the range. Only plain decimal digits are an
+// integer: no sign, space or leading zero ("+1", " 1" and "01" are
+// refused, as a typo may be behind them).
 func (q *query) int(name string, def, lo, hi int) (int, error) {
 	s, ok := q.lookup(name)
 	if !ok {
 		return def, nil
 	}
-	n, err := strconv.Atoi(strings.TrimSpace(s))
-	if err != nil || n < lo || n > hi {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < lo || n > hi || strconv.Itoa(n) != s {
 		return 0, coinpulse.ValidationError(name, "must be an integer from "+strconv.Itoa(lo)+" to "+strconv.Itoa(hi))
 	}
 	return n, nil
