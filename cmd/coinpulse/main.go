@@ -243,6 +243,9 @@ func openStore(ctx context.Context, dsn, dataDir string, create bool) (coinpulse
 		return postgres.Open(ctx, dsn)
 	case strings.Contains(dsn, "://"):
 		return nil, fmt.Errorf("--db %s: not a database this version opens: sqlite:PATH, a bare path, or postgres://…", describeDB(dsn, dataDir))
+	case libpqKeywords(dsn):
+		// Not shown: it may hold a password.
+		return nil, errors.New("--db (a PostgreSQL keyword/value string, not shown): give it as a URL instead, postgres://USER:PASSWORD@HOST:PORT/DBNAME?sslmode=…, or as sqlite:PATH for a SQLite file of that name")
 	case dsn == "":
 		if dataDir == "" {
 			dataDir = defaultDataDir
@@ -257,6 +260,24 @@ func openStore(ctx context.Context, dsn, dataDir string, create bool) (coinpulse
 	return sqlite.Open(ctx, path)
 }
 
+// libpqKeywords reports whether dsn looks like a libpq keyword/value
+// connection string ("host=db user=app password=…"): its first word is a
+// libpq keyword and "=". Taken as a bare path, it would make a SQLite
+// file of that name, and show its password in the log.
+func libpqKeywords(dsn string) bool {
+	first, _, _ := strings.Cut(strings.TrimSpace(dsn), " ")
+	key, _, ok := strings.Cut(first, "=")
+	if !ok {
+		return false
+	}
+	switch strings.TrimSpace(key) {
+	case "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "sslmode", "sslrootcert",
+		"connect_timeout", "application_name", "options", "target_session_attrs", "service":
+		return true
+	}
+	return false
+}
+
 // describeDB renders a --db value for messages, without any password.
 func describeDB(dsn, dataDir string) string {
 	if dsn == "" {
@@ -264,6 +285,9 @@ func describeDB(dsn, dataDir string) string {
 			dataDir = defaultDataDir
 		}
 		return "sqlite:" + filepath.Join(dataDir, "coinpulse.db")
+	}
+	if libpqKeywords(dsn) {
+		return "(a keyword/value string, not shown)"
 	}
 	if !strings.Contains(dsn, "://") {
 		return dsn

@@ -558,11 +558,29 @@ func TestDescribeDB(t *testing.T) {
 		"postgres://db/cp?user=ann&password=secret&sslmode=disable":      "postgres://db/cp?password=xxxxx&sslmode=disable&user=ann",
 		"postgres://db/cp?sslpassword=secret":                            "postgres://db/cp?sslpassword=xxxxx",
 		"postgresql://ann:s%40cret@db/cp?password=also&search_path=cp_1": "postgresql://ann:xxxxx@db/cp?password=xxxxx&search_path=cp_1",
+		"host=db user=ann password=secret dbname=cp":                     "(a keyword/value string, not shown)",
 	} {
 		got := describeDB(in, "data")
 		if got != want || strings.Contains(got, "secret") || strings.Contains(got, "also") {
 			t.Errorf("describeDB(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// A libpq keyword/value string is refused, not taken for a SQLite path
+// (which made a file of that name and logged the password).
+func TestKeywordValueDSNRefused(t *testing.T) {
+	dir := t.TempDir()
+	dsn := "host=127.0.0.1 user=postgres password=s3cret dbname=cp"
+	t.Chdir(dir)
+	for _, args := range [][]string{{"migrate", "--db", dsn}, {"keys", "list", "--email", "ann@example.com", "--db", dsn}} {
+		_, _, err := cli(t, nil, args...)
+		if err == nil || !strings.Contains(err.Error(), "postgres://") || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%v: %v, want a refusal naming the URL form, without the password", args, err)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("files made: %v", entries)
 	}
 }
 
