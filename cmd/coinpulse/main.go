@@ -78,6 +78,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // check of a flag's value ("--name ..."), refuses, when the variable and
 // not the command line set it: the operator then knows where to look.
 func fromEnv(err error, args []string, getenv func(string) string) error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok { // several refusals at once
+		errs := j.Unwrap()
+		named := make([]error, len(errs))
+		for i, e := range errs {
+			named[i] = fromEnv(e, args, getenv)
+		}
+		return errors.Join(named...)
+	}
 	var u usageError
 	if err == nil || errors.As(err, &u) || !strings.HasPrefix(err.Error(), "--") {
 		return err

@@ -493,13 +493,18 @@ func TestServeRejectsBadConfig(t *testing.T) {
 		{map[string]string{"COINPULSE_SANDBOX_PER_SECOND": "0"}, nil, "(set by COINPULSE_SANDBOX_PER_SECOND)"},
 		{map[string]string{"COINPULSE_LIMITS": "on"}, []string{"--limits=sometimes"}, `--limits "sometimes": on or off`},
 		{map[string]string{"COINPULSE_REFRESH": "1s"}, []string{"-refresh", "1ms"}, "--refresh 1ms: must be at least 100ms"},
+		{map[string]string{"COINPULSE_ADDR": "nonsense"}, nil, `--addr "nonsense": HOST:PORT or :PORT to listen on, such as 127.0.0.1:8080 or :8080 (set by COINPULSE_ADDR)`},
+		{nil, []string{"--addr", "127.0.0.1:70000"}, `--addr "127.0.0.1:70000": HOST:PORT or :PORT to listen on, such as 127.0.0.1:8080 or :8080`},
+		// Several SMTP problems at once: each names its own source.
+		{map[string]string{"COINPULSE_SMTP_HOST": "mail.example.com", "COINPULSE_SMTP_PORT": "70000"}, []string{"--smtp-from", "nope"},
+			"--smtp-port 70000 is not a TCP port (1-65535) (set by COINPULSE_SMTP_PORT)\n--smtp-from \"nope\" is not an e-mail address: mail: missing '@' or angle-addr"},
 	} {
 		dir := filepath.Join(t.TempDir(), "data")
 		_, _, err := cli(t, tt.env, append([]string{"serve", "--data-dir", dir}, tt.args...)...)
 		if err == nil || !strings.HasSuffix(err.Error(), tt.want) {
 			t.Errorf("%v %v: %v, want it to end with %q", tt.env, tt.args, err, tt.want)
 		}
-		if err != nil && len(tt.args) > 0 && strings.Contains(err.Error(), "set by") {
+		if err != nil && len(tt.args) > 0 && strings.Count(err.Error(), "set by") != strings.Count(tt.want, "set by") {
 			t.Errorf("%v %v: %v names the variable, but the command line set the flag", tt.env, tt.args, err)
 		}
 	}

@@ -105,6 +105,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, fmt.Errorf("--shutdown-timeout %s: at least 1s, long enough to answer the calls in flight and write the metered ones", c.shutdownTimeout)
 	case c.writeTimeout < time.Second:
 		return c, fmt.Errorf("--write-timeout %s: at least 1s", c.writeTimeout)
+	case !validAddr(c.addr):
+		return c, fmt.Errorf("--addr %q: HOST:PORT or :PORT to listen on, such as 127.0.0.1:8080 or :8080", c.addr)
 	case c.maxBody < 1024:
 		return c, fmt.Errorf("--max-body %d: must be at least 1024", c.maxBody)
 	case c.simCoins < sim.MinCoins || c.simCoins > 100_000:
@@ -134,7 +136,16 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		c.smtp.Password = pw
 	}
 	if err := c.smtp.Validate(); err != nil {
-		return c, err
+		// Each problem as "--flag ...", so that run names the variable
+		// that set it.
+		errs := []error{err}
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			errs = j.Unwrap()
+		}
+		for i, e := range errs {
+			errs[i] = errors.New(strings.TrimPrefix(e.Error(), "smtp config: "))
+		}
+		return c, errors.Join(errs...)
 	}
 	c.plans = coinpulse.DefaultPlans()
 	if c.plansFile != "" {
@@ -145,6 +156,20 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		c.plans = plans
 	}
 	return c, nil
+}
+
+// validAddr reports whether addr is a listen address: HOST:PORT or :PORT,
+// the port a number from 0 (any free port) to 65535 or a service name.
+func validAddr(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" {
+		return false
+	}
+	if n, err := strconv.Atoi(port); err == nil {
+		return n >= 0 && n <= 65535
+	}
+	_, err = net.LookupPort("tcp", port)
+	return err == nil
 }
 
 // validBillingURL reports whether u can be the dashboard's upgrade link:
@@ -258,7 +283,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		if mailer, err = notify.NewMailer(cfg.smtp); err != nil {
 			return fmt.Errorf("smtp: %w", err)
 		}
-		log.Info("alert e-mails through SMTP", "host", cfg.smtp.Host, "port", cfg.smtp.Port, "tls", cfg.smtp.TLS, "starttls", cfg.smtp.StartTLS)
+		log.Info("alert e-mails through SMTP", "host", cfg.smtp.Host, "port", mailer.Port(), "tls", cfg.smtp.TLS, "starttls", cfg.smtp.StartTLS)
 	} else {
 		log.Warn("no SMTP server (--smtp-host): alert e-mails are marked undeliverable")
 	}

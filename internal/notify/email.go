@@ -170,6 +170,10 @@ type Mailer struct {
 	idDomain string // right side of Message-IDs
 }
 
+// Port is the SMTP server's port, the default of the TLS mode when the
+// config left it 0.
+func (m *Mailer) Port() int { return m.cfg.Port }
+
 // NewMailer validates cfg, which must have a Host, and returns its Mailer.
 // It does not connect.
 func NewMailer(cfg SMTPConfig) (*Mailer, error) {
