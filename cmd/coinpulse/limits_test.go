@@ -655,3 +655,54 @@ func TestSandboxLimitFlags(t *testing.T) {
 	}
 	t.Fatal("20 sandbox calls in a row, none refused at 2 a second")
 }
+
+// A second SIGTERM cuts a graceful shutdown short: serve exits at once,
+// with a failure status, rather than wait for a request whose body never
+// comes; and a shutdown that runs out of --shutdown-timeout fails too,
+// saying so.
+func TestShutdownCutShort(t *testing.T) {
+	t.Parallel()
+	for _, second := range []bool{true, false} {
+		timeout := "60s"
+		if !second {
+			timeout = "1s"
+		}
+		p := startProc(t, "--db", "sqlite:"+filepath.Join(t.TempDir(), "cp.db"), "--shutdown-timeout", timeout)
+		conn, err := net.Dial("tcp", strings.TrimPrefix(p.base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		// Its answer (a 401) waits for the body, which serve reads first.
+		fmt.Fprintf(conn, "POST /api/v1/portfolio HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+		time.Sleep(200 * time.Millisecond)
+		start := time.Now()
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		if second {
+			for p.stderr.Count("shutting down") == 0 {
+				if time.Since(start) > 10*time.Second {
+					t.Fatalf("no shutdown after SIGTERM\n%s", p.stderr)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			select {
+			case err := <-p.exited:
+				t.Fatalf("serve exited (%v) while a request was in flight\n%s", err, p.stderr)
+			case <-time.After(time.Second):
+			}
+			p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+		select {
+		case err := <-p.exited:
+			want := "shutdown cut short by a second signal"
+			if !second {
+				want = "requests still in flight after --shutdown-timeout 1s were cut off"
+			}
+			if err == nil || !strings.Contains(p.stderr.String(), want) {
+				t.Errorf("second signal %v: exit %v, want a failure saying %q\n%s", second, err, want, p.stderr)
+			}
+		case <-time.After(25 * time.Second): // the body's own deadline is 30 s
+			t.Fatalf("second signal %v: serve still running 25 s after SIGTERM\n%s", second, p.stderr)
+		}
+	}
+}

@@ -370,7 +370,21 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	case <-ctx.Done():
 	}
 	log.Info("shutting down", "timeout", cfg.shutdownTimeout)
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout)
+	// A second SIGINT or SIGTERM cuts the waits below short.
+	stopping, cutShort := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cutShort(nil)
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(again)
+	go func() {
+		select {
+		case <-again:
+			log.Warn("a second signal: stopping now, without waiting for the calls in flight or the queued metered calls")
+			cutShort(errSecondSignal)
+		case <-stopping.Done():
+		}
+	}()
+	sctx, cancel := context.WithTimeout(stopping, cfg.shutdownTimeout)
 	defer cancel()
 	err = hs.Shutdown(sctx)
 	if mtr != nil {
@@ -379,12 +393,12 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		// which the hub is closing, and calls past its timeout) meter
 		// their calls first. Each wait has its own timeout, so that a
 		// call still running does not cost the queue its write.
-		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout)
+		dctx, dcancel := context.WithTimeout(stopping, cfg.shutdownTimeout)
 		defer dcancel()
 		if derr := srv.Drain(dctx); derr != nil {
 			log.Error("calls still running, not metered", "err", derr)
 		}
-		mctx, mcancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout)
+		mctx, mcancel := context.WithTimeout(stopping, cfg.shutdownTimeout)
 		defer mcancel()
 		if merr := mtr.Close(mctx); merr != nil {
 			log.Error("metering not drained", "err", merr)
@@ -392,12 +406,23 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	stopBG()
 	wg.Wait()
-	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+	switch {
+	case context.Cause(stopping) == errSecondSignal:
+		return errSecondSignal
+	case errors.Is(err, context.DeadlineExceeded):
+		// A non-zero exit: the supervisor should know the stop was not
+		// clean.
+		return fmt.Errorf("shutdown: requests still in flight after --shutdown-timeout %s were cut off", cfg.shutdownTimeout)
+	case err != nil && !errors.Is(err, http.ErrServerClosed):
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	log.Info("stopped")
 	return nil
 }
+
+// errSecondSignal ends a serve whose graceful shutdown a second SIGINT or
+// SIGTERM cut short.
+var errSecondSignal = errors.New("shutdown cut short by a second signal")
 
 // withBenchHeaders is set only in a build with -tags benchheaders
 // (benchheaders.go), which bench/limits.sh makes to measure what the five
