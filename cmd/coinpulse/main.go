@@ -269,21 +269,17 @@ func openStore(ctx context.Context, dsn, dataDir string, create bool) (coinpulse
 }
 
 // libpqKeywords reports whether dsn looks like a libpq keyword/value
-// connection string ("host=db user=app password=…"): its first word is a
-// libpq keyword and "=". Taken as a bare path, it would make a SQLite
-// file of that name, and show its password in the log.
+// connection string ("host=db user=app password=…", spaces around "="
+// allowed): a word of letters and underscores, then "=". Taken as a bare
+// path, it would make a SQLite file of that name, and show its password in
+// the log; a SQLite file named so can still be given as sqlite:PATH.
 func libpqKeywords(dsn string) bool {
-	first, _, _ := strings.Cut(strings.TrimSpace(dsn), " ")
-	key, _, ok := strings.Cut(first, "=")
-	if !ok {
-		return false
+	rest := strings.TrimLeft(dsn, " \t")
+	n := 0
+	for n < len(rest) && (rest[n] == '_' || rest[n] >= 'a' && rest[n] <= 'z' || rest[n] >= 'A' && rest[n] <= 'Z') {
+		n++
 	}
-	switch strings.TrimSpace(key) {
-	case "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "sslmode", "sslrootcert",
-		"connect_timeout", "application_name", "options", "target_session_attrs", "service":
-		return true
-	}
-	return false
+	return n > 0 && strings.HasPrefix(strings.TrimLeft(rest[n:], " \t"), "=")
 }
 
 // describeDB renders a --db value for messages, without any password.

@@ -564,6 +564,9 @@ func TestDescribeDB(t *testing.T) {
 		"postgres://db/cp?sslpassword=secret":                            "postgres://db/cp?sslpassword=xxxxx",
 		"postgresql://ann:s%40cret@db/cp?password=also&search_path=cp_1": "postgresql://ann:xxxxx@db/cp?password=xxxxx&search_path=cp_1",
 		"host=db user=ann password=secret dbname=cp":                     "(a keyword/value string, not shown)",
+		" host = db password = secret":                                   "(a keyword/value string, not shown)",
+		"sslkey=/k password=secret":                                      "(a keyword/value string, not shown)",
+		"data/x=1.db":                                                    "data/x=1.db",
 	} {
 		got := describeDB(in, "data")
 		if got != want || strings.Contains(got, "secret") || strings.Contains(got, "also") {

@@ -379,7 +379,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	go func() {
 		select {
 		case <-again:
-			log.Warn("a second signal: stopping now, without waiting for the calls in flight or the queued metered calls")
+			log.Warn("a second signal: stopping now, without waiting for the calls in flight or the queued metered calls; a third kills the process")
+			signal.Reset(os.Interrupt, syscall.SIGTERM) // the default: a third one ends the process
 			cutShort(errSecondSignal)
 		case <-stopping.Done():
 		}
@@ -405,7 +406,16 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		}
 	}
 	stopBG()
-	wg.Wait()
+	bgDone := make(chan struct{})
+	go func() { wg.Wait(); close(bgDone) }()
+	select {
+	case <-bgDone:
+	case <-stopping.Done(): // cut short: background work (saving the market state) gets a second
+		select {
+		case <-bgDone:
+		case <-time.After(time.Second):
+		}
+	}
 	switch {
 	case context.Cause(stopping) == errSecondSignal:
 		return errSecondSignal

@@ -149,9 +149,7 @@ func (ev *Evaluator) Evaluate(ctx context.Context, snap *market.Snapshot) ([]coi
 		ev.prices = append(ev.prices, Price{CoinID: c.ID, Price: c.CurrentPrice})
 	}
 	ev.crossed = ev.index.Tick(ev.crossed[:0], ev.prices)
-	if err := ev.hold(ctx); err != nil {
-		return nil, err
-	}
+	ev.hold(ctx)
 	var fired []coinpulse.Alert
 	if len(ev.crossed) > 0 {
 		at := snap.AsOf.UTC()
@@ -183,31 +181,30 @@ func (ev *Evaluator) Evaluate(ctx context.Context, snap *market.Snapshot) ([]coi
 // hold puts back in the index, armed, the crossed alerts of accounts not
 // entitled to alerts now (a lower plan, an expired subscription), so that
 // they neither fire nor send anything until the account is entitled again.
-// If an account's entitlement cannot be read, every crossed alert is put
-// back and the next tick tries again.
-func (ev *Evaluator) hold(ctx context.Context) error {
+// An account whose entitlement cannot be read has its alerts held too,
+// for this tick; the others' fire. It costs one look-up per account with
+// a crossing (Entitled is expected to cache its answers), and the held
+// alerts' removal from the index and return to it.
+func (ev *Evaluator) hold(ctx context.Context) {
 	if ev.entitled == nil || len(ev.crossed) == 0 {
-		return nil
+		return
 	}
 	clear(ev.held)
 	if ev.held == nil {
 		ev.held = map[int64]bool{}
 	}
+	var failed int
+	var lastErr error
 	kept := ev.crossed[:0]
-	for i, e := range ev.crossed {
+	for _, e := range ev.crossed {
 		held, seen := ev.held[e.UserID]
 		if !seen {
 			en, err := ev.entitled(ctx, e.UserID)
 			if err != nil {
-				for _, e := range ev.crossed[i:] {
-					ev.index.Add(e)
-				}
-				for _, e := range kept {
-					ev.index.Add(e)
-				}
-				return fmt.Errorf("read the entitlement of account %d: %w", e.UserID, err)
+				failed++
+				lastErr = err
 			}
-			held = !en.Alerts
+			held = err != nil || !en.Alerts
 			ev.held[e.UserID] = held
 		}
 		if held {
@@ -217,7 +214,9 @@ func (ev *Evaluator) hold(ctx context.Context) error {
 		kept = append(kept, e)
 	}
 	ev.crossed = kept
-	return nil
+	if failed > 0 && ctx.Err() == nil {
+		ev.log.Warn("read accounts' entitlement to alerts; their crossed alerts wait for the next tick", "accounts", failed, "err", lastErr)
+	}
 }
 
 // recentFirings reads the firings since the previous snapshot's time,

@@ -205,7 +205,7 @@ func TestEvaluatorAnnouncesOtherNodesFirings(t *testing.T) {
 }
 
 // Entitled holds the crossed alerts of accounts without alerts, armed, and
-// a failed look-up puts every crossed alert back for the next tick.
+// a failed look-up holds the account's crossed alerts for the next tick.
 func TestEvaluatorHoldsAlertsWithoutEntitlement(t *testing.T) {
 	ctx := context.Background()
 	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "e.db"))
@@ -229,25 +229,29 @@ func TestEvaluatorHoldsAlertsWithoutEntitlement(t *testing.T) {
 	paying, pa := alert("paying@example.com")
 	lapsed, la := alert("lapsed@example.com")
 	entitled := map[int64]bool{paying.ID: true}
-	var fail error
+	failing := map[int64]bool{}
 	looks := 0
 	ev := alerting.NewEvaluator(alerting.EvaluatorConfig{Store: db, Event: event, Clock: func() time.Time { return now },
 		Entitled: func(_ context.Context, id int64) (coinpulse.Entitlement, error) {
 			looks++
-			return coinpulse.Entitlement{Alerts: entitled[id], Webhooks: entitled[id]}, fail
+			if failing[id] {
+				return coinpulse.Entitlement{}, errors.New("database unavailable")
+			}
+			return coinpulse.Entitlement{Alerts: entitled[id], Webhooks: entitled[id]}, nil
 		}})
 	tick := func(sec int) ([]coinpulse.Alert, error) {
 		return ev.Evaluate(ctx, snapshot(now.Add(time.Duration(sec)*time.Second), map[string]float64{"bitcoin": 150}))
 	}
 
-	fail = errors.New("database unavailable")
-	if _, err := tick(0); err == nil {
-		t.Fatal("a failed look-up: want its error")
+	failing[paying.ID], failing[lapsed.ID] = true, true
+	if fired, err := tick(0); err != nil || len(fired) != 0 {
+		t.Fatalf("failed look-ups: fired %+v, %v; want nothing, and no error", fired, err)
 	}
 	if ev.Index().Len() != 2 {
-		t.Fatalf("after a failed look-up the index holds %d, want both alerts", ev.Index().Len())
+		t.Fatalf("after failed look-ups the index holds %d, want both alerts", ev.Index().Len())
 	}
-	fail = nil
+	// One account's failed look-up holds its alerts alone.
+	failing[paying.ID] = false
 	fired, err := tick(1)
 	if err != nil || len(fired) != 1 || fired[0].ID != pa.ID {
 		t.Fatalf("fired %+v, %v; want only the paying account's %d", fired, err, pa.ID)
@@ -258,6 +262,7 @@ func TestEvaluatorHoldsAlertsWithoutEntitlement(t *testing.T) {
 	if a, err := db.Alert(ctx, la.Owner, la.ID); err != nil || !a.IsActive || a.TriggeredAt != nil {
 		t.Fatalf("the held alert in the store: %+v, %v", a, err)
 	}
+	failing[lapsed.ID] = false
 	looks = 0
 	if fired, err := tick(2); err != nil || len(fired) != 0 || looks != 1 {
 		t.Fatalf("held again: fired %+v, %v, %d look-ups; want none, one look-up", fired, err, looks)

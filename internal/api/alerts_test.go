@@ -449,7 +449,7 @@ func TestAlertFiresOnceAcrossEvaluators(t *testing.T) {
 
 	// A second node's evaluator: it learns of the alert from the store
 	// (the API told only the first).
-	second := alerting.NewEvaluator(alerting.EvaluatorConfig{Store: env.store, Event: AlertEvent, Log: quiet})
+	second := alerting.NewEvaluator(alerting.EvaluatorConfig{Store: env.store, Event: AlertEvent, Log: quiet, Entitled: env.srv.Entitlement})
 	var secondSaw []int64
 	second.SetOnFire(func(fired []coinpulse.Alert) {
 		for _, f := range fired {

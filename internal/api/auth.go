@@ -169,7 +169,7 @@ func (s *Server) upgradeTo(from coinpulse.Tier, rt Route) string {
 // keyCache keeps verified keys with their users in memory. An entry is
 // trusted for ttl; any change of the store's auth epoch (a revocation or a
 // tier change, on any node or from the CLI) empties the cache. The epoch
-// is polled every epochPoll.
+// is polled every epochPoll (Config.AuthEpochPoll).
 type keyCache struct {
 	store coinpulse.AccountStore
 	clock coinpulse.Clock
@@ -182,8 +182,13 @@ type keyCache struct {
 	touchMu sync.Mutex
 	touched map[int64]time.Time
 
-	// onChange, when set, runs after each change of the auth epoch.
+	// onChange, when set, runs after each change of the auth epoch, in
+	// run's goroutine.
 	onChange func(ctx context.Context)
+	// changed hands run a change that RefreshAuth saw.
+	changed chan struct{}
+	// poll is how often run reads the epoch (epochPoll).
+	poll time.Duration
 }
 
 type cacheEntry struct {
@@ -199,7 +204,8 @@ const (
 )
 
 func newKeyCache(store coinpulse.AccountStore, clock coinpulse.Clock, ttl time.Duration) *keyCache {
-	return &keyCache{store: store, clock: clock, ttl: ttl, entries: map[[sha256.Size]byte]cacheEntry{}, touched: map[int64]time.Time{}}
+	return &keyCache{store: store, clock: clock, ttl: ttl, entries: map[[sha256.Size]byte]cacheEntry{}, touched: map[int64]time.Time{},
+		changed: make(chan struct{}, 1), poll: epochPoll}
 }
 
 // lookup returns the principal for a key's SHA-256, nil when there is no
@@ -250,17 +256,21 @@ func (c *keyCache) setEpoch(epoch int64) bool {
 	return true
 }
 
-// refresh reads the auth epoch and, when it is new, drops every entry
-// and runs onChange.
-func (c *keyCache) refresh(ctx context.Context) error {
+// currentEpoch is the auth epoch last read.
+func (c *keyCache) currentEpoch() int64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.epoch
+}
+
+// refresh reads the auth epoch and, when it is new, drops every entry and
+// reports it.
+func (c *keyCache) refresh(ctx context.Context) (changed bool, err error) {
 	epoch, err := c.store.AuthEpoch(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
-	if c.setEpoch(epoch) && c.onChange != nil {
-		c.onChange(ctx)
-	}
-	return nil
+	return c.setEpoch(epoch), nil
 }
 
 func (c *keyCache) touch(keyID int64, t time.Time) {
@@ -283,7 +293,7 @@ func (c *keyCache) flushTouched(ctx context.Context) error {
 // run polls the auth epoch and flushes last-used times until ctx ends,
 // then flushes once more.
 func (c *keyCache) run(ctx context.Context, log *slog.Logger) {
-	poll := time.NewTicker(epochPoll)
+	poll := time.NewTicker(c.poll)
 	flush := time.NewTicker(touchInterval)
 	var (
 		down   bool      // the last poll failed
@@ -301,8 +311,15 @@ func (c *keyCache) run(ctx context.Context, log *slog.Logger) {
 				log.Warn("flush key last-used times", "err", err)
 			}
 			return
+		case <-c.changed: // RefreshAuth saw a change: its onChange runs here
+			if c.onChange != nil {
+				c.onChange(ctx)
+			}
 		case <-poll.C:
-			err := c.refresh(ctx)
+			changed, err := c.refresh(ctx)
+			if changed && c.onChange != nil {
+				c.onChange(ctx)
+			}
 			switch {
 			case err != nil && ctx.Err() == nil:
 				// At most one warning every pollWarnEvery while the store

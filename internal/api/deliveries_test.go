@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"log"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -220,6 +222,7 @@ func TestAlertsHeldWithoutEntitlement(t *testing.T) {
 		if err := env.store.SetUserTier(env.ctx, u.ID, change.tier, change.expires); err != nil {
 			t.Fatal(err)
 		}
+		env.waitEntitlement(u.ID, false)
 		if fired := env.tick(map[string]float64{"bitcoin": 1234.56}); len(fired) != 0 {
 			t.Errorf("tier %s, expires %v: fired %+v", change.tier, change.expires, fired)
 		}
@@ -230,6 +233,7 @@ func TestAlertsHeldWithoutEntitlement(t *testing.T) {
 	if err := env.store.SetUserTier(env.ctx, u.ID, coinpulse.TierPremium, nil); err != nil {
 		t.Fatal(err)
 	}
+	env.waitEntitlement(u.ID, true) // the node sees the change at its next poll of the auth epoch
 	if fired := env.tick(map[string]float64{"bitcoin": 1234.56}); len(fired) != 1 || fired[0].ID != a.ID {
 		t.Fatalf("entitled again: fired %+v, want alert %d", fired, a.ID)
 	}
@@ -244,6 +248,7 @@ func TestAlertsHeldWithoutEntitlement(t *testing.T) {
 	if err := env.store.SetUserTier(env.ctx, u.ID, coinpulse.TierFree, nil); err != nil {
 		t.Fatal(err)
 	}
+	env.waitEntitlement(u.ID, false)
 	env.stepTo(env.now().Add(time.Hour))
 	pollUntil(t, "the delivery failed", func() bool {
 		ds, err := env.store.Deliveries(env.ctx, coinpulse.Owner{UserID: u.ID, Mode: coinpulse.ModeLive}, w2.ID, 10)
@@ -550,4 +555,74 @@ func TestEmailSentThroughSMTP(t *testing.T) {
 	if n := len(sink.received()); n != 1 {
 		t.Errorf("%d messages, want 1", n)
 	}
+}
+
+// waitEntitlement waits until the server holds the account entitled to
+// alerts, or not.
+func (e *alertEnv) waitEntitlement(userID int64, alerts bool) {
+	e.tb.Helper()
+	pollUntil(e.tb, fmt.Sprintf("account %d entitled to alerts: %v", userID, alerts), func() bool {
+		en, err := e.srv.Entitlement(e.ctx, userID)
+		return err == nil && en.Alerts == alerts
+	})
+}
+
+// countingUsers counts UserByID's reads.
+type countingUsers struct {
+	coinpulse.Store
+	reads atomic.Int64
+}
+
+func (c *countingUsers) UserByID(ctx context.Context, id int64) (*coinpulse.User, error) {
+	c.reads.Add(1)
+	return c.Store.UserByID(ctx, id)
+}
+
+// Entitlement reads an account once while nothing that could change its
+// answer happens: a tier change (the auth epoch), new plans, or its
+// subscription's expiry. A plan with every endpoint but no active alerts
+// has no alerts.
+func TestEntitlementCached(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	users := &countingUsers{}
+	env := newAlertEnv(t, alertEnvOptions{clock: clock, wrapStore: func(s coinpulse.Store) coinpulse.Store {
+		users.Store = s
+		return users
+	}})
+	inAnHour := clock.Now().Add(time.Hour)
+	u := env.user(coinpulse.TierPremium)
+	if err := env.store.SetUserTier(env.ctx, u.ID, coinpulse.TierPremium, &inAnHour); err != nil {
+		t.Fatal(err)
+	}
+	ask := func(want coinpulse.Entitlement, reads int64, what string) {
+		t.Helper()
+		before := users.reads.Load()
+		en, err := env.srv.Entitlement(env.ctx, u.ID)
+		if err != nil || en != want || users.reads.Load()-before != reads {
+			t.Errorf("%s: %+v, %v, %d reads; want %+v, %d reads", what, en, err, users.reads.Load()-before, want, reads)
+		}
+	}
+	all := coinpulse.Entitlement{Alerts: true, Webhooks: true}
+	pollUntil(t, "the tier change's epoch", func() bool {
+		en, err := env.srv.Entitlement(env.ctx, u.ID)
+		return err == nil && en == all
+	})
+	ask(all, 0, "asked again")
+	clock.Advance(2 * time.Hour)
+	ask(coinpulse.Entitlement{}, 1, "past the expiry")
+	if err := env.store.SetUserTier(env.ctx, u.ID, coinpulse.TierPremium, nil); err != nil {
+		t.Fatal(err)
+	}
+	pollUntil(t, "the renewal's epoch", func() bool {
+		en, err := env.srv.Entitlement(env.ctx, u.ID)
+		return err == nil && en == all
+	})
+	plans := maps.Clone(coinpulse.DefaultPlans())
+	p := plans[coinpulse.TierPremium]
+	p.MaxActiveAlerts = 0
+	plans[coinpulse.TierPremium] = p
+	env.srv.SetPlans(env.ctx, plans)
+	ask(coinpulse.Entitlement{}, 1, "new plans without active alerts")
+	ask(coinpulse.Entitlement{}, 0, "asked again")
 }

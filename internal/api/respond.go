@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -185,10 +186,23 @@ func writeData(w http.ResponseWriter, status int, data any, meta *Meta) error {
 // unreachable reports whether err comes from a connection that could not
 // be made or broke (refused, reset, cut mid-answer): the database down or
 // failing over, not a fault of the request or the code.
+// PostgreSQL's refusals of that kind (pgx's PgError has SQLState) count
+// too: a server starting or shutting down (a failover), too many
+// connections, a connection exception.
 func unreachable(err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, io.ErrUnexpectedEOF)
+	if errors.As(err, &op) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		switch st := pg.SQLState(); {
+		case st == "57P01", st == "57P02", st == "57P03", st == "53300", strings.HasPrefix(st, "08"):
+			return true
+		}
+	}
+	return false
 }
 
 // writeError writes err as the error envelope. Errors that are not
@@ -205,7 +219,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		// Clients may read details on every VALIDATION_ERROR.
 		body.Error.Details = []coinpulse.FieldError{{Field: "request", Message: body.Error.Message}}
 	}
-	if code == coinpulse.CodeServerError && unreachable(err) {
+	if code == coinpulse.CodeServerError && unreachable(err) && r.Context().Err() == nil { // not a client that left
 		// The database (or another service) could not be reached: the
 		// caller may try again, as /readyz tells the load balancer.
 		s.log.Error("request failed: a service does not answer", "err", err, "method", r.Method, "path", r.URL.Path, "request_id", body.Meta.RequestID)

@@ -75,6 +75,9 @@ type Config struct {
 	// the store again (default 30 s); revocations cut it short everywhere
 	// through the store's auth epoch.
 	KeyCacheTTL time.Duration
+	// AuthEpochPoll is how often the store's auth epoch is read (default
+	// 25 ms); a test sets it long to see what RefreshAuth alone does.
+	AuthEpochPoll time.Duration
 	// Dashboard serves /user/api and every path under it (nil: those
 	// paths are 404 like any unknown path).
 	Dashboard http.Handler
@@ -95,6 +98,8 @@ type Server struct {
 	// writeTimeout is Config.WriteTimeout.
 	writeTimeout time.Duration
 	keys         *keyCache
+	// entitlements caches Entitlement's answers.
+	entitlements entitlementCache
 	// unchecked holds the keys whose streams' last recheck the store
 	// failed; watchStreams tries them again.
 	unchecked keySet
@@ -164,31 +169,85 @@ func (s *Server) planMap() map[coinpulse.Tier]coinpulse.Plan { return *s.plans.L
 // holds from this node's next request on; other nodes see it at their
 // next poll (25 ms). A failed read is logged; the poll catches up.
 func (s *Server) RefreshAuth(ctx context.Context) {
-	if err := s.keys.refresh(ctx); err != nil {
+	changed, err := s.keys.refresh(ctx)
+	if err != nil {
 		s.log.Warn("read the auth epoch after a change; the next poll will", "err", err)
+		return
+	}
+	if changed { // the streams' recheck runs in the poll's goroutine, not in this request
+		select {
+		case s.keys.changed <- struct{}{}:
+		default:
+		}
 	}
 }
 
 // Entitlement says what the plan in force and the subscription of the
 // account userID allow of its alerts now: that they fire and send e-mail
-// (a plan with every endpoint, a subscription not expired), and that they
-// also go to its webhooks (a plan with webhooks). An account that is gone
-// is entitled to nothing. The alert evaluator and the delivery dispatcher
-// ask it, so that a downgrade, an expiry or a plan reload stops firings
-// and deliveries as it stops the API's alert and webhook calls.
+// (a plan with every endpoint and active alerts, a subscription not
+// expired), and that they also go to its webhooks (a plan with webhooks).
+// An account that is gone is entitled to nothing. The alert evaluator and
+// the delivery dispatcher ask it, so that a downgrade, an expiry or a plan
+// reload stops firings and deliveries as it stops the API's alert and
+// webhook calls. An answer is kept while the auth epoch (which every tier
+// change moves) and the plans in force are those it was read under, and
+// until the subscription's expiry; so the evaluator's look-ups at each
+// refresh read an account once, not at every refresh.
 func (s *Server) Entitlement(ctx context.Context, userID int64) (coinpulse.Entitlement, error) {
-	u, err := s.store.UserByID(ctx, userID)
-	if coinpulse.IsNotFound(err) {
-		return coinpulse.Entitlement{}, nil
+	now := s.clock()
+	epoch := s.keys.currentEpoch() // before the read: a change after it makes the entry stale
+	plans := s.plans.Load()
+	if en, ok := s.entitlements.get(userID, epoch, plans, now); ok {
+		return en, nil
 	}
-	if err != nil {
+	u, err := s.store.UserByID(ctx, userID)
+	if err != nil && !coinpulse.IsNotFound(err) {
 		return coinpulse.Entitlement{}, err
 	}
-	plan, ok := s.planMap()[u.Tier]
-	if !ok || u.SubscriptionExpired(s.clock()) || !planAllows(plan, Route{}) {
-		return coinpulse.Entitlement{}, nil
+	var en coinpulse.Entitlement
+	var until time.Time
+	if err == nil {
+		if plan, ok := (*plans)[u.Tier]; ok && !u.SubscriptionExpired(now) && planAllows(plan, Route{}) && plan.MaxActiveAlerts != 0 {
+			en = coinpulse.Entitlement{Alerts: true, Webhooks: plan.Webhooks}
+		}
+		if u.TierExpiresAt != nil && u.TierExpiresAt.After(now) {
+			until = *u.TierExpiresAt
+		}
 	}
-	return coinpulse.Entitlement{Alerts: true, Webhooks: plan.Webhooks}, nil
+	s.entitlements.put(userID, entitlement{en: en, epoch: epoch, plans: plans, until: until})
+	return en, nil
+}
+
+// entitlementCache holds Entitlement's answers by account.
+type entitlementCache struct {
+	mu sync.Mutex
+	m  map[int64]entitlement
+}
+
+type entitlement struct {
+	en    coinpulse.Entitlement
+	epoch int64
+	plans *map[coinpulse.Tier]coinpulse.Plan
+	until time.Time // the subscription's expiry; zero: none
+}
+
+func (c *entitlementCache) get(userID, epoch int64, plans *map[coinpulse.Tier]coinpulse.Plan, now time.Time) (coinpulse.Entitlement, bool) {
+	c.mu.Lock()
+	e, ok := c.m[userID]
+	c.mu.Unlock()
+	if !ok || e.epoch != epoch || e.plans != plans || (!e.until.IsZero() && !now.Before(e.until)) {
+		return coinpulse.Entitlement{}, false
+	}
+	return e.en, true
+}
+
+func (c *entitlementCache) put(userID int64, e entitlement) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxCached {
+		c.m = map[int64]entitlement{}
+	}
+	c.m[userID] = e
 }
 
 // SetPlans puts plans in force from the next call on (serve does so on
@@ -243,6 +302,9 @@ func New(cfg Config) *Server {
 		ttl = 30 * time.Second
 	}
 	s.keys = newKeyCache(cfg.Store, s.clock, ttl)
+	if cfg.AuthEpochPoll > 0 {
+		s.keys.poll = cfg.AuthEpochPoll
+	}
 	s.portfolios = newPortfolioCache(32 << 20)
 	s.metrics = newMetrics()
 	s.metrics.watch(s)

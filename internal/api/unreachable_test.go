@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"coinpulse"
 )
@@ -43,7 +44,10 @@ func TestUnreachableDatabaseIs503(t *testing.T) {
 		want int
 	}{
 		{"connection refused", fmt.Errorf("postgres: key by hash: %w", pgErr), 503},
+		{"a failover", fmt.Errorf("postgres: key by hash: %w", &pgconn.PgError{Code: "57P03", Message: "the database system is starting up"}), 503},
+		{"too many connections", fmt.Errorf("postgres: key by hash: %w", &pgconn.PgError{Code: "53300"}), 503},
 		{"another failure", fmt.Errorf("postgres: key by hash: %w", pgx.ErrTxClosed), 500},
+		{"a query's own error", fmt.Errorf("postgres: key by hash: %w", &pgconn.PgError{Code: "42P01"}), 500},
 	} {
 		env := newAlertEnv(t, alertEnvOptions{wrapStore: func(s coinpulse.Store) coinpulse.Store { return downStore{s, c.err} }})
 		res := do(t, env.srv, "GET", "/api/v1/markets/global", env.newKey(coinpulse.TierPro))

@@ -65,7 +65,10 @@ func newEnv(t testing.TB, billing string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := api.New(api.Config{Store: db, Market: market.New(market.Config{Feed: feed, Store: db, Log: log}), Log: log, Dashboard: dash.Handler()})
+	// The auth epoch is polled once an hour: a revocation takes effect at
+	// once only through RefreshAuth, which serve wires as here.
+	srv := api.New(api.Config{Store: db, Market: market.New(market.Config{Feed: feed, Store: db, Log: log}), Log: log, Dashboard: dash.Handler(),
+		AuthEpochPoll: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
 	go srv.Run(ctx)
 	dash.SetOnRevoke(srv.RefreshAuth) // as serve wires it

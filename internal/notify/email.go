@@ -103,7 +103,7 @@ func (c SMTPConfig) Validate() error {
 	case c.Username != "" && c.Password == "":
 		bad("--smtp-user is set but the password is empty; set --smtp-password-file")
 	case c.Username == "" && c.Password != "":
-		bad("a password is set (--smtp-password-file) but --smtp-user is not")
+		bad("--smtp-password-file sets a password but --smtp-user is not set")
 	}
 	if c.From == "" {
 		bad("--smtp-from is required when --smtp-host is set")
