@@ -257,10 +257,10 @@ type AlertStore interface {
 }
 
 // ErrAlertNotFound is RESOURCE_NOT_FOUND for an alert.
-func ErrAlertNotFound() error { return Errorf(CodeNotFound, "The alert was not found.") }
+func ErrAlertNotFound(id int64) error { return Errorf(CodeNotFound, "No alert %d.", id) }
 
 // ErrWebhookNotFound is RESOURCE_NOT_FOUND for a webhook endpoint.
-func ErrWebhookNotFound() error { return Errorf(CodeNotFound, "The webhook endpoint was not found.") }
+func ErrWebhookNotFound(id int64) error { return Errorf(CodeNotFound, "No webhook endpoint %d.", id) }
 
 // ErrAlertLimit is the refusal of an alert past the plan's cap.
 func ErrAlertLimit(max int) error {

@@ -194,7 +194,7 @@ func (db *DB) Alert(ctx context.Context, o coinpulse.Owner, id int64) (*coinpuls
 	a, err := scanAlert(db.pool.QueryRow(ctx, `SELECT `+alertColumns+` FROM alerts WHERE id = $1 AND user_id = $2 AND mode = $3`,
 		id, o.UserID, o.Mode))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, coinpulse.ErrAlertNotFound()
+		return nil, coinpulse.ErrAlertNotFound(id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("postgres: alert: %w", err)
@@ -222,7 +222,7 @@ func (db *DB) ToggleAlert(ctx context.Context, o coinpulse.Owner, id int64, max 
 		if max >= 0 {
 			err := lockUser(ctx, tx, o.UserID)
 			if coinpulse.IsNotFound(err) {
-				return coinpulse.ErrAlertNotFound()
+				return coinpulse.ErrAlertNotFound(id)
 			}
 			if err != nil {
 				return fmt.Errorf("postgres: toggle alert: %w", err)
@@ -232,7 +232,7 @@ func (db *DB) ToggleAlert(ctx context.Context, o coinpulse.Owner, id int64, max 
 		err := tx.QueryRow(ctx, `SELECT is_active FROM alerts WHERE id = $1 AND user_id = $2 AND mode = $3 FOR NO KEY UPDATE`,
 			id, o.UserID, o.Mode).Scan(&active)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return coinpulse.ErrAlertNotFound()
+			return coinpulse.ErrAlertNotFound(id)
 		}
 		if err != nil {
 			return fmt.Errorf("postgres: toggle alert: %w", err)
@@ -280,7 +280,7 @@ func (db *DB) DeleteAlert(ctx context.Context, o coinpulse.Owner, id int64) erro
 		return fmt.Errorf("postgres: delete alert: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return coinpulse.ErrAlertNotFound()
+		return coinpulse.ErrAlertNotFound(id)
 	}
 	return nil
 }
@@ -640,7 +640,7 @@ func (db *DB) Webhook(ctx context.Context, o coinpulse.Owner, id int64) (*coinpu
 	w, err := scanWebhook(db.pool.QueryRow(ctx, `SELECT `+webhookColumns+` FROM webhooks WHERE id = $1 AND user_id = $2 AND mode = $3`,
 		id, o.UserID, o.Mode))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, coinpulse.ErrWebhookNotFound()
+		return nil, coinpulse.ErrWebhookNotFound(id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("postgres: webhook: %w", err)
@@ -657,7 +657,7 @@ func (db *DB) DeleteWebhook(ctx context.Context, o coinpulse.Owner, id int64) er
 		return fmt.Errorf("postgres: delete webhook: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return coinpulse.ErrWebhookNotFound()
+		return coinpulse.ErrWebhookNotFound(id)
 	}
 	return nil
 }
@@ -782,7 +782,7 @@ func (db *DB) EnqueueDelivery(ctx context.Context, d *coinpulse.Delivery) error 
 	).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if d.Kind == coinpulse.KindWebhook {
-			return coinpulse.ErrWebhookNotFound()
+			return coinpulse.ErrWebhookNotFound(d.EndpointID)
 		}
 		return coinpulse.ErrUserNotFound()
 	}
@@ -943,7 +943,7 @@ func (db *DB) Deliveries(ctx context.Context, o coinpulse.Owner, endpointID int6
 	err := db.pool.QueryRow(ctx, `SELECT 1 FROM webhooks WHERE id = $1 AND user_id = $2 AND mode = $3`,
 		endpointID, o.UserID, o.Mode).Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, coinpulse.ErrWebhookNotFound()
+		return nil, coinpulse.ErrWebhookNotFound(endpointID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("postgres: deliveries: %w", err)

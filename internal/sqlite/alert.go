@@ -190,7 +190,7 @@ func (db *DB) Alert(ctx context.Context, o coinpulse.Owner, id int64) (*coinpuls
 	a, err := scanAlert(db.db.QueryRowContext(ctx, `SELECT `+alertColumns+` FROM alerts WHERE id = ? AND user_id = ? AND mode = ?`,
 		id, o.UserID, o.Mode))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, coinpulse.ErrAlertNotFound()
+		return nil, coinpulse.ErrAlertNotFound(id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: alert: %w", err)
@@ -217,7 +217,7 @@ func (db *DB) ToggleAlert(ctx context.Context, o coinpulse.Owner, id int64, max 
 		err := tx.QueryRowContext(ctx, `SELECT is_active FROM alerts WHERE id = ? AND user_id = ? AND mode = ?`,
 			id, o.UserID, o.Mode).Scan(&active)
 		if errors.Is(err, sql.ErrNoRows) {
-			return coinpulse.ErrAlertNotFound()
+			return coinpulse.ErrAlertNotFound(id)
 		}
 		if err != nil {
 			return fmt.Errorf("sqlite: toggle alert: %w", err)
@@ -271,7 +271,7 @@ func (db *DB) DeleteAlert(ctx context.Context, o coinpulse.Owner, id int64) erro
 	if n, err := res.RowsAffected(); err != nil {
 		return fmt.Errorf("sqlite: delete alert: %w", err)
 	} else if n == 0 {
-		return coinpulse.ErrAlertNotFound()
+		return coinpulse.ErrAlertNotFound(id)
 	}
 	return nil
 }
@@ -595,7 +595,7 @@ func (db *DB) Webhook(ctx context.Context, o coinpulse.Owner, id int64) (*coinpu
 	w, err := scanWebhook(db.db.QueryRowContext(ctx, `SELECT `+webhookColumns+` FROM webhooks WHERE id = ? AND user_id = ? AND mode = ?`,
 		id, o.UserID, o.Mode))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, coinpulse.ErrWebhookNotFound()
+		return nil, coinpulse.ErrWebhookNotFound(id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: webhook: %w", err)
@@ -614,7 +614,7 @@ func (db *DB) DeleteWebhook(ctx context.Context, o coinpulse.Owner, id int64) er
 	if n, err := res.RowsAffected(); err != nil {
 		return fmt.Errorf("sqlite: delete webhook: %w", err)
 	} else if n == 0 {
-		return coinpulse.ErrWebhookNotFound()
+		return coinpulse.ErrWebhookNotFound(id)
 	}
 	return nil
 }
@@ -737,7 +737,7 @@ func (db *DB) EnqueueDelivery(ctx context.Context, d *coinpulse.Delivery) error 
 	).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
 		if d.Kind == coinpulse.KindWebhook {
-			return coinpulse.ErrWebhookNotFound()
+			return coinpulse.ErrWebhookNotFound(d.EndpointID)
 		}
 		return coinpulse.ErrUserNotFound()
 	}
@@ -881,7 +881,7 @@ func (db *DB) Deliveries(ctx context.Context, o coinpulse.Owner, endpointID int6
 	err := db.db.QueryRowContext(ctx, `SELECT 1 FROM webhooks WHERE id = ? AND user_id = ? AND mode = ?`,
 		endpointID, o.UserID, o.Mode).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, coinpulse.ErrWebhookNotFound()
+		return nil, coinpulse.ErrWebhookNotFound(endpointID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: deliveries: %w", err)
