@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -302,6 +303,10 @@ func (c *conn) closeSocket() {
 	c.ws.Close(code, reason)
 }
 
+// errNotUTF8 ends a connection whose client sent a text message that is
+// not UTF-8.
+var errNotUTF8 = errors.New("stream: a text message is not valid UTF-8")
+
 // readLoop reads and handles client messages until the socket fails or
 // closes.
 func (c *conn) readLoop() error {
@@ -324,6 +329,12 @@ func (c *conn) readLoop() error {
 		}
 		if c.dead.Load() {
 			continue // closing: what the client still sends is ignored
+		}
+		if typ == websocket.MessageText && n <= MaxMessageBytes && !utf8.Valid(buf.Bytes()) {
+			// RFC 6455 §8.1: a text message must be UTF-8, or the
+			// connection fails with 1007.
+			c.kill(websocket.StatusInvalidFramePayloadData, "invalid UTF-8", errNotUTF8)
+			return errNotUTF8
 		}
 		c.waitForRoom()
 		var m ClientMessage
@@ -426,6 +437,8 @@ func (c *conn) authenticate(m ClientMessage, perr error) {
 			h.log.Error("stream: authenticate", "err", err)
 		case coinpulse.CodeUnavailable:
 			code, reason = websocket.StatusTryAgainLater, "try again later"
+		case coinpulse.CodeRateLimitExceeded: // temporary: 1008 would tell the client not to retry
+			code, reason = websocket.StatusTryAgainLater, "rate limit exceeded"
 		}
 		fail(err, code, reason)
 		return

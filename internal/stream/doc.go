@@ -109,7 +109,11 @@
 //     header key is not a valid auth message, or it does not come within
 //     10 s: an error message, then 1008 "authentication failed",
 //     "authentication required" or "authentication timeout" (1011 or 1013
-//     when the server could not check the key);
+//     when the server could not check the key; 1013 "rate limit exceeded"
+//     when the account's limits refuse the call: retry later);
+//   - it breaks the protocol: 1002 (an unmasked frame, an unknown
+//     opcode), or 1007 "invalid UTF-8" for a text message that is not
+//     UTF-8;
 //   - the client reads too slowly: it falls 256 messages behind: 1008
 //     "too slow" (the close frame reaches the client only once it has
 //     read what was sent before); or one message takes over 10 s to

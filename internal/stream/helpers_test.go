@@ -50,6 +50,9 @@ func testAuthenticate(ctx context.Context, key string) (Principal, error) {
 	if key == "sk_broken" {
 		return Principal{}, errors.New("database is down")
 	}
+	if key == "sk_busy" {
+		return Principal{}, coinpulse.Errorf(coinpulse.CodeRateLimitExceeded, "Your plan's limit of 5 calls per second is reached; retry in 200ms.")
+	}
 	p, ok := testKeys[key]
 	if !ok {
 		return Principal{}, coinpulse.Errorf(coinpulse.CodeInvalidAPIKey, "The API key is not valid.")

@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -217,7 +219,7 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, p *Principal) error 
 	}
 	h.unregister(c)
 	end := c.end.Load()
-	c.kill(websocket.StatusNormalClosure, "", nil)
+	c.kill(readEndStatus(readErr), "", nil)
 	<-c.writerDone
 	ws.CloseNow()
 	close(c.finished)
@@ -230,6 +232,19 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, p *Principal) error 
 		return nil
 	}
 	return readErr
+}
+
+// readEndStatus is the close status of a connection whose reads ended
+// with err: 1002 when the client broke the protocol (an unmasked frame,
+// say, which the library refuses without closing), else 1000 (the client
+// closed, or the connection is gone).
+func readEndStatus(err error) websocket.StatusCode {
+	var ne net.Error
+	if err == nil || websocket.CloseStatus(err) != -1 || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, context.Canceled) || errors.As(err, &ne) {
+		return websocket.StatusNormalClosure
+	}
+	return websocket.StatusProtocolError
 }
 
 // PublishPrices sends every connection that follows at least one of the

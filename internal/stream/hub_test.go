@@ -1,10 +1,13 @@
 package stream
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -243,6 +246,8 @@ func TestFirstMessageAuthFailures(t *testing.T) {
 		{"bad JSON", `{"type":"auth",`, "VALIDATION_ERROR", websocket.StatusPolicyViolation, "authentication required"},
 		{"empty key", `{"type":"auth","api_key":""}`, "VALIDATION_ERROR", websocket.StatusPolicyViolation, "authentication required"},
 		{"server error", `{"type":"auth","api_key":"sk_broken"}`, "SERVER_ERROR", websocket.StatusInternalError, "internal error"},
+		// A rate limit passes: 1013, not 1008, which tells a client not to retry.
+		{"rate limited", `{"type":"auth","api_key":"sk_busy"}`, "RATE_LIMIT_EXCEEDED", websocket.StatusTryAgainLater, "rate limit exceeded"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -698,5 +703,66 @@ func TestUpgradedCalledOnce(t *testing.T) {
 		if n := calls.Load(); n != 1 {
 			t.Errorf("key %q: Upgraded called %d times in all; want 1", key, n)
 		}
+	}
+}
+
+// A client that breaks RFC 6455 is failed with the status the RFC names:
+// an unmasked frame 1002 (the library refuses it without closing), a text
+// message that is not UTF-8 1007.
+func TestProtocolViolationsClose(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		frame  func(payload []byte) []byte
+		status websocket.StatusCode
+	}{
+		{"unmasked", func(p []byte) []byte { return append([]byte{0x81, byte(len(p))}, p...) }, websocket.StatusProtocolError},
+		{"not UTF-8", func(p []byte) []byte {
+			p = append(p[:len(p):len(p)], 0xc3, 0x28)
+			out := []byte{0x81, 0x80 | byte(len(p)), 1, 2, 3, 4}
+			for i, b := range p {
+				out = append(out, b^byte(i%4+1))
+			}
+			return out
+		}, websocket.StatusInvalidFramePayloadData},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, Config{})
+			conn, err := net.Dial("tcp", strings.TrimPrefix(e.srv.URL, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nX-API-Key: sk_user1_live\r\n\r\n")
+			br := bufio.NewReader(conn)
+			res, err := http.ReadResponse(br, nil)
+			if err != nil || res.StatusCode != http.StatusSwitchingProtocols {
+				t.Fatalf("handshake: %v %v", res, err)
+			}
+			conn.Write(tc.frame([]byte(`{"type":"ping"}`)))
+			conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			// Frames until the close: the welcome, perhaps a pong.
+			for {
+				var h [2]byte
+				if _, err := io.ReadFull(br, h[:]); err != nil {
+					t.Fatalf("no close frame: %v", err)
+				}
+				n := int(h[1] & 0x7f)
+				if n == 126 {
+					var l [2]byte
+					io.ReadFull(br, l[:])
+					n = int(l[0])<<8 | int(l[1])
+				}
+				body := make([]byte, n)
+				if _, err := io.ReadFull(br, body); err != nil {
+					t.Fatal(err)
+				}
+				if h[0]&0x0f == 0x8 { // close
+					if len(body) < 2 || websocket.StatusCode(int(body[0])<<8|int(body[1])) != tc.status {
+						t.Fatalf("close frame %q, want status %d", body, tc.status)
+					}
+					return
+				}
+			}
+		})
 	}
 }
