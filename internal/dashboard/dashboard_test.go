@@ -688,10 +688,30 @@ func TestJSON(t *testing.T) {
 	if list := c.get("/user/api/data/keys"); list.status != http.StatusOK || strings.Contains(list.body, created.Data.APIKey) || !strings.Contains(list.body, created.Data.Key) {
 		t.Errorf("list: %d %s", list.status, list.body)
 	}
-	for _, bad := range []string{`{"name":"","mode":"live","permissions":["read"]}`, `{"name":"x","mode":"live","permissions":[]}`, `{"name":"x","mode":"live","permissions":["read"],"extra":1}`, `[]`,
-		`{"name":"x","mode":"test","permissions":["read"],"mode":"live"}`, "{\"name\":\"\xff\",\"mode\":\"live\",\"permissions\":[\"read\"]}"} {
-		if p := post("/user/api/data/keys", bad); p.status != http.StatusUnprocessableEntity || !strings.Contains(p.body, `"VALIDATION_ERROR"`) {
-			t.Errorf("%s: %d %s", bad, p.status, p.body)
+	// Every refusal names what is at fault in details, as the API's do.
+	for bad, field := range map[string]string{
+		`{"name":"","mode":"live","permissions":["read"]}`:            "name",
+		`{"name":"x","mode":"live","permissions":[]}`:                 "permissions",
+		`{"name":"x","mode":"live","permissions":["read"],"extra":1}`: "extra",
+		`[]`:   "body",
+		`{bad`: "body",
+		`{"name":7,"mode":"live","permissions":["read"]}`:                  "name",
+		`{"name":"x","mode":"live","permissions":"read"}`:                  "permissions",
+		`{"name":"x","mode":"test","permissions":["read"],"mode":"live"}`:  "mode",
+		"{\"name\":\"\xff\",\"mode\":\"live\",\"permissions\":[\"read\"]}": "body",
+	} {
+		p := post("/user/api/data/keys", bad)
+		var e struct {
+			Error struct {
+				Code    string `json:"code"`
+				Details []struct {
+					Field string `json:"field"`
+				} `json:"details"`
+			} `json:"error"`
+		}
+		if json.Unmarshal([]byte(p.body), &e); p.status != http.StatusUnprocessableEntity || e.Error.Code != "VALIDATION_ERROR" ||
+			len(e.Error.Details) == 0 || e.Error.Details[0].Field != field {
+			t.Errorf("%s: %d %s, want 422 naming %s", bad, p.status, p.body, field)
 		}
 	}
 	for range 4 {

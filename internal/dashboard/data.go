@@ -7,7 +7,9 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"reflect"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -63,6 +65,9 @@ func (d *Dashboard) jsonError(w http.ResponseWriter, err error) {
 	var ce *coinpulse.Error
 	if errors.As(err, &ce) {
 		e.Details = ce.Details
+	}
+	if code == coinpulse.CodeValidation && len(e.Details) == 0 { // as the API: details on every VALIDATION_ERROR
+		e.Details = []coinpulse.FieldError{{Field: "request", Message: e.Message}}
 	}
 	if code == coinpulse.CodeServerError {
 		d.log.Error("dashboard", "err", err, "request_id", w.Header().Get("X-Request-Id"))
@@ -202,12 +207,30 @@ func (d *Dashboard) dataCreateKey(w http.ResponseWriter, r *http.Request) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	if err != nil || !utf8.Valid(raw) || dec.Decode(&body) != nil || dec.More() {
-		d.jsonError(w, coinpulse.Errorf(coinpulse.CodeValidation, "The body must be one JSON object {\"name\", \"mode\", \"permissions\"}, in UTF-8."))
+	var derr error
+	if err == nil && utf8.Valid(raw) {
+		derr = dec.Decode(&body)
+	}
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case err == nil && utf8.Valid(raw) && errors.As(derr, &typeErr) && typeErr.Field != "":
+		want := "a string"
+		if typeErr.Type.Kind() == reflect.Slice || strings.HasPrefix(typeErr.Field, "permissions") {
+			want = "an array of strings"
+		}
+		d.jsonError(w, coinpulse.ValidationError(strings.SplitN(typeErr.Field, ".", 2)[0], "must be "+want+", not a JSON "+typeErr.Value))
+		return
+	case derr != nil && strings.HasPrefix(derr.Error(), "json: unknown field "):
+		name, _ := strconv.Unquote(strings.TrimPrefix(derr.Error(), "json: unknown field "))
+		d.jsonError(w, coinpulse.ValidationError(name, "unknown field; the body takes name, mode and permissions"))
+		return
+	case err != nil || !utf8.Valid(raw) || derr != nil || dec.More():
+		msg := "The body must be one JSON object {\"name\", \"mode\", \"permissions\"}, in UTF-8."
+		d.jsonError(w, &coinpulse.Error{Code: coinpulse.CodeValidation, Message: msg, Details: []coinpulse.FieldError{{Field: "body", Message: msg}}})
 		return
 	}
 	if names := jsontext.RepeatedNames(raw); len(names) > 0 {
-		d.jsonError(w, coinpulse.Errorf(coinpulse.CodeValidation, "The body gives %q more than once.", names[0]))
+		d.jsonError(w, coinpulse.ValidationError(names[0], "given more than once"))
 		return
 	}
 	req, err := validateKey(body.Name, body.Mode, body.Permissions)
