@@ -160,7 +160,7 @@ func New(cfg Config) *Dashboard {
 	m.HandleFunc("GET "+basePath+"/keys/{id}/revoke", d.revokeForm)
 	m.HandleFunc("POST "+basePath+"/keys/{id}/revoke", d.revoke)
 	static, _ := fs.Sub(staticFiles, "static")
-	m.Handle("GET "+basePath+"/static/", http.StripPrefix(basePath+"/static/", staticHandler(static)))
+	m.Handle("GET "+basePath+"/static/", http.StripPrefix(basePath+"/static/", staticHandler(static, d.notFound)))
 	m.HandleFunc("GET "+basePath+"/data/account", d.dataAccount)
 	m.HandleFunc("GET "+basePath+"/data/keys", d.dataKeys)
 	m.HandleFunc("POST "+basePath+"/data/keys", d.dataCreateKey)
@@ -258,9 +258,18 @@ func innermost(w http.ResponseWriter) http.ResponseWriter {
 	}
 }
 
-func staticHandler(fsys fs.FS) http.Handler {
+// staticHandler serves the files of fsys; a directory (no listing) is
+// notFound's.
+func staticHandler(fsys fs.FS, notFound func(http.ResponseWriter, *http.Request)) http.Handler {
 	files := http.FileServerFS(fsys)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if name := strings.TrimSuffix(r.URL.Path, "/"); name == "" || name == "." {
+			notFound(w, r)
+			return
+		} else if st, err := fs.Stat(fsys, name); err == nil && st.IsDir() {
+			notFound(w, r)
+			return
+		}
 		w.Header().Set("Cache-Control", "public, max-age=3600")
 		files.ServeHTTP(w, r)
 	})

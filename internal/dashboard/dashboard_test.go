@@ -631,6 +631,10 @@ func TestSecurityHeaders(t *testing.T) {
 	if p := c.get("/user/api/static/dashboard.css"); p.status != http.StatusOK || !strings.HasPrefix(p.header.Get("Content-Type"), "text/css") {
 		t.Errorf("dashboard.css: %d %s", p.status, p.header.Get("Content-Type"))
 	}
+	// No directory listing.
+	if p := c.get("/user/api/static/"); p.status != http.StatusNotFound || strings.Contains(p.body, `<a href="dashboard.css">`) {
+		t.Errorf("/user/api/static/: %d\n%s", p.status, p.body)
+	}
 	// Paths outside /user/api keep the API's JSON 404.
 	if p := c.get("/user/apix"); p.status != http.StatusNotFound || !strings.Contains(p.body, `"RESOURCE_NOT_FOUND"`) {
 		t.Errorf("/user/apix: %d %s", p.status, p.body)
