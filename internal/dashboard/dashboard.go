@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -167,8 +168,42 @@ func New(cfg Config) *Dashboard {
 	m.HandleFunc("POST "+basePath+"/data/keys/{id}/revoke", d.dataRevoke)
 	m.HandleFunc("GET "+basePath+"/data/usage", d.dataUsage)
 	m.HandleFunc(dataFallback, d.dataNotServed)
-	m.HandleFunc(basePath+"/", d.notFound)
+	m.HandleFunc(basePath, d.pageNotServed) // not the subtree's redirect to basePath/
+	m.HandleFunc(pageFallback, d.pageNotServed)
 	return d
+}
+
+// pageFallback is the pattern of the page paths no page serves.
+const pageFallback = basePath + "/"
+
+// pageNotServed answers a page request no page serves: 405 with Allow
+// when its path is served with other methods, else the 404 page.
+func (d *Dashboard) pageNotServed(w http.ResponseWriter, r *http.Request) {
+	allow := d.allowed(r, basePath, pageFallback)
+	if len(allow) == 0 {
+		d.notFound(w, r)
+		return
+	}
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	p := &page{Title: "Not allowed", Error: r.Method + " is not allowed here; this page takes " + strings.Join(allow, ", ") + "."}
+	if a, err := d.authenticate(r); err == nil {
+		p.User, p.CSRF = a.user, a.session.CSRF
+	}
+	d.render(w, r, http.StatusMethodNotAllowed, "error", p)
+}
+
+// allowed lists the methods some pattern other than fallbacks serves r's
+// path with.
+func (d *Dashboard) allowed(r *http.Request, fallbacks ...string) []string {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		probe := r.WithContext(r.Context())
+		probe.Method = m
+		if _, pattern := d.mux.Handler(probe); !slices.Contains(fallbacks, pattern) {
+			allow = append(allow, m)
+		}
+	}
+	return allow
 }
 
 // dataFallback is the pattern of the JSON paths no data endpoint serves.
@@ -178,14 +213,7 @@ const dataFallback = basePath + "/data/"
 // METHOD_NOT_ALLOWED with Allow when its path is served with other
 // methods, as the API answers, else 404 RESOURCE_NOT_FOUND.
 func (d *Dashboard) dataNotServed(w http.ResponseWriter, r *http.Request) {
-	var allow []string
-	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
-		probe := r.WithContext(r.Context())
-		probe.Method = m
-		if _, pattern := d.mux.Handler(probe); pattern != dataFallback {
-			allow = append(allow, m)
-		}
-	}
+	allow := d.allowed(r, dataFallback)
 	path := truncate(r.URL.Path, 200)
 	if len(allow) == 0 {
 		d.jsonError(w, coinpulse.Errorf(coinpulse.CodeNotFound, "No dashboard endpoint %s %s.", r.Method, path))

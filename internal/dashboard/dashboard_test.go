@@ -769,6 +769,21 @@ func TestJSON(t *testing.T) {
 			t.Errorf("%s %s: %d, Allow %q, %s", c2.method, c2.path, p.status, p.header.Get("Allow"), p.body)
 		}
 	}
+	// And on a page: 405 with Allow and the error page, not a redirect.
+	for _, c2 := range []struct{ method, path, allow string }{
+		{"PUT", "/user/api", "GET, HEAD"},
+		{"POST", "/user/api", "GET, HEAD"},
+		{"DELETE", "/user/api/login", "GET, HEAD, POST"},
+		{"POST", "/user/api/static/dashboard.js", "GET, HEAD"},
+	} {
+		p := c.do(c2.method, c2.path, url.Values{"csrf": {tok}})
+		if p.status != http.StatusMethodNotAllowed || p.header.Get("Allow") != c2.allow || !strings.HasPrefix(p.header.Get("Content-Type"), "text/html") {
+			t.Errorf("%s %s: %d, Allow %q, %s", c2.method, c2.path, p.status, p.header.Get("Allow"), p.header.Get("Content-Type"))
+		}
+	}
+	if p := c.do("PUT", "/user/api/nope", nil); p.status != http.StatusNotFound {
+		t.Errorf("PUT on an unknown page: %d", p.status)
+	}
 	// A declared body over the limit is 413 in JSON on a data path, a page
 	// elsewhere.
 	big := strings.Repeat("x", 70<<10)
