@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	mrand "math/rand/v2"
+	"net/url"
 	"sync"
 	"time"
 
@@ -195,6 +196,12 @@ func (d *Dispatcher) webhook(ctx context.Context, del coinpulse.Delivery) coinpu
 		return a
 	}
 	res := d.sender.Send(ctx, wh.URL, wh.Secret, del, now)
+	if ae := (*AddrError)(nil); errors.As(res.Err, &ae) {
+		// The operator's log too: a name that resolves to an internal
+		// address may be a probe of the network (DNS rebinding).
+		d.log.Warn("webhook delivery refused: the endpoint's address is not public", "delivery", del.ID, "endpoint", del.EndpointID,
+			"user_id", del.Owner.UserID, "host", hostOf(wh.URL), "addr", ae.Addr.String(), "reason", ae.Reason)
+	}
 	a := d.sender.Outcome(res, del.Attempts+1, d.clock())
 	if !wh.Enabled { // a test event to a disabled endpoint: no retries, no disabling
 		if a.Status == coinpulse.DeliveryPending {
@@ -265,4 +272,12 @@ func (d *Dispatcher) email(ctx context.Context, del coinpulse.Delivery) coinpuls
 	}
 	a.Status, a.NextAttemptAt = coinpulse.DeliveryPending, next
 	return a
+}
+
+// hostOf is the host of a webhook URL, for logs.
+func hostOf(rawURL string) string {
+	if u, err := url.Parse(rawURL); err == nil {
+		return u.Hostname()
+	}
+	return ""
 }

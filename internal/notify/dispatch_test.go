@@ -1,0 +1,78 @@
+package notify_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"coinpulse"
+	"coinpulse/internal/notify"
+	"coinpulse/internal/sqlite"
+	"coinpulse/internal/testlog"
+)
+
+// A delivery the sender refuses to send to a non-public address (an
+// endpoint registered while private addresses were allowed, or a name
+// that now resolves inside) is recorded in the delivery log, retried, and
+// logged for the operator.
+func TestDispatcherLogsARefusedAddress(t *testing.T) {
+	ctx := context.Background()
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "d.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var hits atomic.Int32
+	recv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	defer recv.Close()
+	u := &coinpulse.User{Email: "ops@example.com", Tier: coinpulse.TierEnterprise}
+	if err := db.CreateUser(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	o := coinpulse.Owner{UserID: u.ID, Mode: coinpulse.ModeLive}
+	secret, _ := notify.NewSecret()
+	wh := &coinpulse.Webhook{Owner: o, URL: recv.URL, Events: []string{coinpulse.EventAlertTriggered}, Secret: secret}
+	if err := db.CreateWebhook(ctx, wh, -1); err != nil {
+		t.Fatal(err)
+	}
+	del := &coinpulse.Delivery{Kind: coinpulse.KindWebhook, Owner: o, EndpointID: wh.ID, EventID: "msg_1", EventType: coinpulse.EventWebhookTest,
+		Payload: []byte(`{"type":"webhook.test"}`)}
+	if err := db.EnqueueDelivery(ctx, del); err != nil {
+		t.Fatal(err)
+	}
+	var logs testlog.Buffer
+	d := notify.NewDispatcher(db, notify.NewSender(notify.SenderOptions{}), nil, slog.New(slog.NewTextHandler(&logs, nil)),
+		notify.DispatchOptions{Poll: 10 * time.Millisecond})
+	dctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { d.Run(dctx); close(done) }()
+	defer func() { stop(); <-done }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ds, err := db.Deliveries(ctx, o, wh.ID, 10)
+		if err == nil && len(ds) == 1 && ds[0].Attempts == 1 {
+			if ds[0].Status != coinpulse.DeliveryPending || !strings.Contains(ds[0].LastError, "refused to connect to 127.0.0.1, a loopback address") {
+				t.Errorf("delivery %+v", ds[0])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no attempt after 10 s: %+v %v", ds, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	<-done
+	if got := logs.String(); !strings.Contains(got, "webhook delivery refused") || !strings.Contains(got, "host=127.0.0.1") || !strings.Contains(got, "a loopback address") {
+		t.Errorf("log:\n%s", got)
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("the receiver got %d requests", n)
+	}
+}
