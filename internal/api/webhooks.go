@@ -216,7 +216,7 @@ func (s *Server) testWebhook(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	now := s.clock().UTC()
+	now := s.clock().UTC().Truncate(time.Microsecond) // as the delivery's created_at is kept
 	evID := NewEventID()
 	payload, _ := json.Marshal(eventPayload{Type: coinpulse.EventWebhookTest, Timestamp: now,
 		Data: map[string]any{"webhook_id": wh.ID, "message": "A test event from Coinpulse."}})
