@@ -118,6 +118,14 @@ func TestUnroutedRequests(t *testing.T) {
 		t.Errorf("Allow %q", allow)
 	}
 	wantError(t, do(t, srv, "DELETE", "/v1/coins/bitcoin", key), 405, coinpulse.CodeMethodNotAllowed)
+	// A literal path is not taken for a wildcard's value: GET
+	// /portfolio/transactions is not portfolio "transactions".
+	for _, m := range []string{"GET", "HEAD", "PATCH", "DELETE"} {
+		res := do(t, srv, m, "/api/v1/portfolio/transactions", key)
+		if res.Status != 405 || res.Header.Get("Allow") != "POST" {
+			t.Errorf("%s /api/v1/portfolio/transactions: %d, Allow %q: %s", m, res.Status, res.Header.Get("Allow"), res.Raw)
+		}
+	}
 	// A path that is not clean is sent to the clean one, in JSON, with the
 	// rate-limit headers of a valid key; nothing is counted.
 	for _, target := range []string{"/api/v1//markets/global", "/api/v1/./markets/global", "/api/v1/x/../markets/global", "//api/v1/markets/global"} {

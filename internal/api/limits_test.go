@@ -1386,3 +1386,25 @@ func TestHeadIsCountedLikeGet(t *testing.T) {
 		t.Errorf("HEAD without a key: %d, want 401", res.Status)
 	}
 }
+
+// A method a literal path does not serve is not a call, even where a
+// wildcard route of that method would match the path.
+func TestShadowedMethodIsNotACall(t *testing.T) {
+	t.Parallel()
+	srv := newLimitedServer(t, nil)
+	key, _ := newKey(t, newUser(t, coinpulse.TierPremium, nil), coinpulse.ModeLive, rw, nil)
+	month := func(res *response) string {
+		t.Helper()
+		_, m, _ := strings.Cut(res.Header.Get("RateLimit"), `"month";`)
+		if m == "" {
+			t.Fatalf("no month in RateLimit %q", res.Header.Get("RateLimit"))
+		}
+		return strings.Split(m, ";")[0]
+	}
+	before := month(do(t, srv.Server, "GET", "/api/v1/markets/global", key))
+	res := do(t, srv.Server, "GET", "/api/v1/portfolio/transactions", key)
+	wantError(t, res, 405, coinpulse.CodeMethodNotAllowed)
+	if got := month(res); got != before {
+		t.Errorf("the month after the 405: %s, before %s", got, before)
+	}
+}

@@ -10,8 +10,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"path"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -330,7 +332,46 @@ func New(cfg Config) *Server {
 			s.mux.Handle(rt.Method+" "+p+rt.Path, s.wrap(rt))
 		}
 	}
+	s.unshadow()
 	return s
+}
+
+// unshadow makes a literal path answer 405 for the methods it does not
+// serve, where a wildcard route would otherwise take them: GET
+// /portfolio/transactions (POST only) would reach GET /portfolio/{id}
+// and be a 404 for portfolio "transactions", counted as a call.
+func (s *Server) unshadow() {
+	served := map[string][]string{} // literal path: its methods
+	for _, rt := range s.routes {
+		if strings.Contains(rt.Path, "{") {
+			continue
+		}
+		prefixes := Prefixes
+		if rt.Ops {
+			prefixes = []string{""}
+		}
+		for _, p := range prefixes {
+			served[p+rt.Path] = append(served[p+rt.Path], rt.Method)
+		}
+	}
+	for path, methods := range served {
+		allow := slices.Clone(methods)
+		if slices.Contains(allow, http.MethodGet) {
+			allow = append(allow, http.MethodHead)
+		}
+		slices.Sort(allow)
+		for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+			if slices.Contains(allow, m) {
+				continue
+			}
+			probe := &http.Request{Method: m, Host: "x", URL: &url.URL{Path: path}}
+			if _, pattern := s.mux.Handler(probe); strings.Contains(pattern, "{") {
+				s.mux.HandleFunc(m+" "+path, func(w http.ResponseWriter, r *http.Request) {
+					s.notAllowed(exchangeOf(w), r, strings.Join(allow, ", "))
+				})
+			}
+		}
+	}
 }
 
 // Routes returns the route table (for the OpenAPI comparison test).
@@ -700,20 +741,13 @@ func (s *Server) recoverPanic(w http.ResponseWriter, r *http.Request) {
 // A request with a valid key gets the rate-limit headers, as every answer
 // to an authenticated request does; nothing is counted.
 func (s *Server) unrouted(e *exchange, r *http.Request) {
-	if carriesKey(r) {
-		if p, err := s.authenticate(r); err == nil {
-			e.principal = p
-			s.peekHeaders(e, r)
-		}
-	}
+	s.peekIfKeyed(e, r)
 	h, _ := s.mux.Handler(r)
 	rec := &statusRecorder{header: http.Header{}}
 	h.ServeHTTP(rec, r)
 	switch {
 	case rec.status == http.StatusMethodNotAllowed:
-		allow := rec.header.Get("Allow")
-		e.Header().Set("Allow", allow)
-		s.writeError(e, r, coinpulse.Errorf(coinpulse.CodeMethodNotAllowed, "%s is not allowed on %s; allowed: %s.", r.Method, r.URL.Path, allow))
+		s.methodNotAllowed(e, r, rec.header.Get("Allow"))
 	// A redirect to the clean path; not for OPTIONS *, which has no path
 	// to clean and gets the 404.
 	case rec.status >= 300 && rec.status < 400 && rec.header.Get("Location") != "" && strings.HasPrefix(r.URL.Path, "/"):
@@ -723,6 +757,30 @@ func (s *Server) unrouted(e *exchange, r *http.Request) {
 	default:
 		s.writeError(e, r, coinpulse.Errorf(coinpulse.CodeNotFound, "No route %s %s. The API lives under /api/v1 (or /v1); see /docs.", r.Method, truncate(r.URL.Path, 200)))
 	}
+}
+
+// notAllowed answers, as unrouted does, a method a literal path does not
+// serve that a wildcard route would have taken (see unshadow).
+func (s *Server) notAllowed(e *exchange, r *http.Request, allow string) {
+	s.peekIfKeyed(e, r)
+	s.methodNotAllowed(e, r, allow)
+}
+
+// peekIfKeyed gives an answer no route made the rate-limit headers when
+// the request carries a valid key; nothing is counted.
+func (s *Server) peekIfKeyed(e *exchange, r *http.Request) {
+	if carriesKey(r) {
+		if p, err := s.authenticate(r); err == nil {
+			e.principal = p
+			s.peekHeaders(e, r)
+		}
+	}
+}
+
+// methodNotAllowed writes the 405 with Allow.
+func (s *Server) methodNotAllowed(e *exchange, r *http.Request, allow string) {
+	e.Header().Set("Allow", allow)
+	s.writeError(e, r, coinpulse.Errorf(coinpulse.CodeMethodNotAllowed, "%s is not allowed on %s; allowed: %s.", r.Method, r.URL.Path, allow))
 }
 
 type statusRecorder struct {
