@@ -378,14 +378,19 @@ func (e *Engine) quote(ctx context.Context, now time.Time) error {
 }
 
 // rollup records an hourly point when the hour has turned and a daily one
-// when the day has, from the latest quotes; a gap of more than one step
-// (the process was stopped) is filled from the feed's history.
+// when the day has: from the latest quotes when they were taken on the
+// hour, else, and for a gap of more than one step (the process was
+// stopped), from the feed's history.
 func (e *Engine) rollup(ctx context.Context, now time.Time) error {
 	hour, day := now.Truncate(time.Hour), now.Truncate(24*time.Hour)
 	if !hour.After(e.lastHour) {
 		return nil
 	}
-	if hour.Sub(e.lastHour) > time.Hour || day.Sub(e.lastDay) > 24*time.Hour {
+	// A tick on the hour has the hour's own quotes; any later one (a
+	// refresh that does not divide the hour, a tick missed or failed)
+	// takes the hour's point from the feed's history, so that a point
+	// stamped on the grid holds the figures of that time, as a backfill's.
+	if hour.Sub(e.lastHour) > time.Hour || day.Sub(e.lastDay) > 24*time.Hour || !now.Equal(hour) {
 		var infos []coinpulse.CoinInfo
 		for _, id := range e.order {
 			infos = append(infos, e.coins[id].Info)

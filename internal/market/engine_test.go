@@ -507,7 +507,9 @@ func TestEngineRollup(t *testing.T) {
 		}
 	})
 	t.Run("hour boundary", func(t *testing.T) {
-		now := hour.Add(time.Hour + 30*time.Second)
+		// A tick on the hour: the point is its quote, and the feed's
+		// history is not asked.
+		now := hour.Add(time.Hour)
 		s := env.tick(t, now)
 		if diff := cmp.Diff(hoursFrom(hour.Add(-2*time.Hour), 4), allHourly()); diff != "" {
 			t.Errorf("hourly points after crossing %v (-want +got):\n%s", hour.Add(time.Hour), diff)
@@ -528,9 +530,22 @@ func TestEngineRollup(t *testing.T) {
 			t.Errorf("daily points changed within the day (-before +after):\n%s", diff)
 		}
 	})
+	t.Run("hour boundary passed by the tick", func(t *testing.T) {
+		// A tick after the hour (a refresh that does not divide it, a
+		// missed tick): the hour's point comes from the feed's history,
+		// not from a later quote stamped with the hour.
+		h := hour.Add(2 * time.Hour)
+		s := env.tick(t, h.Add(7*time.Minute))
+		got := storedHistory(t, env.store, "bitcoin", coinpulse.Hourly, h, h)
+		samePoints(t, "the point of an hour ticked late", feedHistory(t, env.feed.Feed, "bitcoin", coinpulse.Hourly, h, h), got)
+		if btc := lookup(t, s, "bitcoin"); len(got) == 1 && got[0].Price == btc.CurrentPrice {
+			t.Errorf("the point at %v holds the price of %v", h, btc.LastUpdated)
+		}
+		env.feed.take()
+	})
 	t.Run("day boundary", func(t *testing.T) {
-		for h := hour.Add(2 * time.Hour); !h.After(midnight); h = h.Add(time.Hour) {
-			env.tick(t, h.Add(45*time.Second))
+		for h := hour.Add(3 * time.Hour); !h.After(midnight); h = h.Add(time.Hour) {
+			env.tick(t, h)
 		}
 		want := hoursFrom(hour.Add(-2*time.Hour), 15) // 10:00 .. 00:00
 		if diff := cmp.Diff(want, allHourly()); diff != "" {
