@@ -547,10 +547,24 @@ func TestNotReady(t *testing.T) {
 	engine := market.New(market.Config{Feed: feed, Store: shared.store, Log: quiet})
 	srv := New(Config{Store: shared.store, Market: engine, Log: quiet})
 	wantError(t, do(t, srv, "GET", "/readyz", ""), 503, coinpulse.CodeUnavailable)
-	res := do(t, srv, "GET", "/api/v1/markets", proKey(t))
+	key := proKey(t)
+	res := do(t, srv, "GET", "/api/v1/markets", key)
 	wantError(t, res, 503, coinpulse.CodeUnavailable)
 	if res.Header.Get("Retry-After") == "" {
 		t.Error("503 without Retry-After")
+	}
+	// A trade or an alert that names a coin is 503 too, not a 422 that
+	// tells the client its request is wrong.
+	for _, c := range []struct{ path, body string }{
+		{"/api/v1/alerts", `{"coin_id":"bitcoin","target_price":1,"condition":"above"}`},
+		{"/api/v1/portfolio/transactions", `{"portfolio_id":1,"coin_id":"bitcoin","type":"buy","quantity":1,"price":1}`},
+		{"/api/v1/portfolio/1/holdings", `{"coin_id":"bitcoin","quantity":1,"buy_price":1}`},
+	} {
+		res := send(t, srv, "POST", c.path, key, c.body)
+		wantError(t, res, 503, coinpulse.CodeUnavailable)
+		if res.Header.Get("Retry-After") != "5" {
+			t.Errorf("POST %s: Retry-After %q, want 5", c.path, res.Header.Get("Retry-After"))
+		}
 	}
 	if res := do(t, srv, "GET", "/healthz", ""); res.Status != 200 {
 		t.Errorf("healthz while loading: %d", res.Status)

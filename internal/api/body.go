@@ -27,6 +27,9 @@ import (
 type body struct {
 	fields map[string]json.RawMessage
 	errs   []coinpulse.FieldError
+	// unavailable, when set, is what err returns whatever the fields: the
+	// request cannot be judged now (market data still loading).
+	unavailable error
 }
 
 // readBody reads r's body as a JSON object with only the allowed fields.
@@ -97,6 +100,9 @@ func (b *body) fail(field, message string) {
 
 // err returns the collected problems as one VALIDATION_ERROR, or nil.
 func (b *body) err() error {
+	if b.unavailable != nil {
+		return b.unavailable
+	}
 	if len(b.errs) == 0 {
 		return nil
 	}

@@ -25,9 +25,12 @@ func (s *Server) currentSnapshot(w http.ResponseWriter, id string) (*market.Snap
 	if snap := s.market.Current(); snap != nil {
 		return snap, nil
 	}
-	w.Header().Set("Retry-After", "5")
-	return nil, coinpulse.Errorf(coinpulse.CodeUnavailable, "Market data is still loading; retry in a few seconds.")
+	return nil, errLoading
 }
+
+// errLoading is the 503 of a call that needs market data before the first
+// refresh; writeError adds its Retry-After: 5.
+var errLoading = coinpulse.Errorf(coinpulse.CodeUnavailable, "Market data is still loading; retry in a few seconds.")
 
 func (s *Server) marketMeta(w http.ResponseWriter, snap *market.Snapshot) Meta {
 	m := s.newMeta(w)

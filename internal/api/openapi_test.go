@@ -500,8 +500,10 @@ func portfoliosMatchSpec(t *testing.T, doc *openapi3.T, srv *Server) {
 	if res := coldCall(specCall{method: "POST", route: "/portfolio/{id}/sync", target: base + "/sync", key: key, status: http.StatusServiceUnavailable, code: coinpulse.CodeUnavailable}); res.Header.Get("Retry-After") == "" {
 		t.Error("sync 503 without Retry-After")
 	}
-	coldCall(specCall{method: "POST", route: "/portfolio/{id}/holdings", target: holdings, key: key,
-		body: `{"coin_id":"bitcoin","quantity":1,"buy_price":1}`, status: http.StatusUnprocessableEntity, code: coinpulse.CodeValidation})
+	if res := coldCall(specCall{method: "POST", route: "/portfolio/{id}/holdings", target: holdings, key: key,
+		body: `{"coin_id":"bitcoin","quantity":1,"buy_price":1}`, status: http.StatusServiceUnavailable, code: coinpulse.CodeUnavailable}); res.Header.Get("Retry-After") != "5" {
+		t.Errorf("a buy while market data loads: Retry-After %q, want 5", res.Header.Get("Retry-After"))
+	}
 
 	// Errors.
 	badBodies := []struct{ method, route, target, body string }{

@@ -209,7 +209,9 @@ func (s *Server) deletePortfolio(w http.ResponseWriter, r *http.Request) error {
 }
 
 // resolveCoin finds the coin a trade names: an exact id, or a symbol no
-// other coin shares. Unknown or ambiguous is a VALIDATION_ERROR on field.
+// other coin shares. Unknown or ambiguous is a VALIDATION_ERROR on field;
+// while market data is still loading the request is 503, as the market
+// endpoints are: a retry will do.
 func (s *Server) resolveCoin(b *body, field string) (*coinpulse.CoinDetail, *market.Snapshot) {
 	name, ok := b.text(field, true, 1, 100)
 	if !ok {
@@ -217,7 +219,7 @@ func (s *Server) resolveCoin(b *body, field string) (*coinpulse.CoinDetail, *mar
 	}
 	snap := s.market.Current()
 	if snap == nil {
-		b.fail(field, "market data is still loading; try again in a few seconds")
+		b.unavailable = errLoading
 		return nil, nil
 	}
 	if c := snap.Coin(name); c != nil {

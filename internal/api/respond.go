@@ -244,6 +244,9 @@ write:
 	h.Del("Cache-Control")
 	h.Set("Content-Type", "application/json; charset=utf-8")
 	h.Set("Content-Length", strconv.Itoa(len(b)+1))
+	if code == coinpulse.CodeUnavailable && h.Get("Retry-After") == "" {
+		h.Set("Retry-After", "5") // every 503 says when to retry: market data loading
+	}
 	if code.Status() == http.StatusUnauthorized {
 		h.Set("WWW-Authenticate", `Bearer realm="coinpulse"`) // RFC 9110 §15.5.2
 	}
