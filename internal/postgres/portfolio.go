@@ -420,8 +420,8 @@ func (db *DB) DeleteHolding(ctx context.Context, o coinpulse.Owner, id int64) er
 			WHERE h.id = $1 AND p.id = h.portfolio_id AND p.user_id = $2 AND p.mode = $3
 			RETURNING h.portfolio_id
 		)
-		UPDATE portfolios SET version = version + 1 WHERE id IN (SELECT portfolio_id FROM gone)`,
-		id, o.UserID, o.Mode)
+		UPDATE portfolios SET version = version + 1, updated_at = $4 WHERE id IN (SELECT portfolio_id FROM gone)`,
+		id, o.UserID, o.Mode, truncate(db.now()))
 	if err != nil {
 		return fmt.Errorf("postgres: delete holding: %w", err)
 	}

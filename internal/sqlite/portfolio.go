@@ -416,9 +416,9 @@ func (db *DB) tradeHolding(ctx context.Context, tx *sql.Tx, o coinpulse.Owner, t
 func (db *DB) DeleteHolding(ctx context.Context, o coinpulse.Owner, id int64) error {
 	return db.Transact(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `
-			UPDATE portfolios SET version = version + 1
+			UPDATE portfolios SET version = version + 1, updated_at = ?
 			WHERE id = (SELECT portfolio_id FROM holdings WHERE id = ?) AND user_id = ? AND mode = ?`,
-			id, o.UserID, o.Mode)
+			micros(truncate(db.now())), id, o.UserID, o.Mode)
 		if err != nil {
 			return fmt.Errorf("sqlite: delete holding: %w", err)
 		}

@@ -659,9 +659,15 @@ func testRealizedPL(t *testing.T, s coinpulse.Store) {
 	trade(t, s, o, p.ID, "bitcoin", t0.Add(3*time.Minute), ledger.SellFunc(lot("0.5", "10.001"))) // +0.0005
 	wantDec(t, "realised P/L", getPortfolio(t, s, o, p.ID).RealizedPL, "2.2505")
 
-	// Deleting a holding keeps the P/L and the transactions.
+	// Deleting a holding keeps the P/L and the transactions, and changes
+	// the portfolio (its totals): updated_at moves.
+	before := getPortfolio(t, s, o, p.ID).UpdatedAt
+	time.Sleep(2 * time.Millisecond) // updated_at keeps microseconds
 	if err := s.DeleteHolding(ctx, o, btc.ID); err != nil {
 		t.Fatalf("DeleteHolding: %v", err)
+	}
+	if after := getPortfolio(t, s, o, p.ID).UpdatedAt; !after.After(before) {
+		t.Errorf("updated_at after DeleteHolding %v, before %v", after, before)
 	}
 	wantCode(t, s.DeleteHolding(ctx, o, btc.ID), coinpulse.CodeNotFound)
 	got := getPortfolio(t, s, o, p.ID)
