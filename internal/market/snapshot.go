@@ -52,7 +52,9 @@ type Snapshot struct {
 	memoCount atomic.Int32
 }
 
-type searchKey struct{ symbol, name string }
+// searchKey is a coin's lower-case symbol, name and id, and all three
+// joined by NULs, which one look rules out for most coins.
+type searchKey struct{ symbol, name, id, all string }
 
 // maxMemo bounds how many encoded responses one snapshot keeps, so that a
 // client walking every page size cannot grow memory without end.
@@ -81,7 +83,9 @@ func Build(id string, asOf time.Time, feed string, simulated bool, details []coi
 		c.MarketCapRank = i + 1
 		s.byID[c.ID] = c
 		s.bySymbol[c.Symbol] = append(s.bySymbol[c.Symbol], c)
-		s.lower[i] = searchKey{strings.ToLower(c.Symbol), strings.ToLower(c.Name)}
+		k := searchKey{symbol: strings.ToLower(c.Symbol), name: strings.ToLower(c.Name), id: strings.ToLower(c.ID)}
+		k.all = k.symbol + "\x00" + k.name + "\x00" + k.id
+		s.lower[i] = k
 	}
 	byRank := func(a, b *coinpulse.CoinDetail) int { return a.MarketCapRank - b.MarketCapRank }
 	sorted := func(key func(a, b *coinpulse.CoinDetail) int) []*coinpulse.CoinDetail {
@@ -165,21 +169,25 @@ func (s *Snapshot) Page(order Order, page, perPage int) (items []*coinpulse.Coin
 	return all[start:min(start+perPage, len(all))], totalPages
 }
 
-// Search matches q case-insensitively on symbol or name: exact symbol,
-// exact name, prefix, substring, each by market cap rank.
+// Search matches q case-insensitively on symbol, name or id: exact symbol
+// or id, exact name, prefix, substring, each by market cap rank.
 func (s *Snapshot) Search(q string, limit int) []*coinpulse.CoinDetail {
 	q = strings.ToLower(q)
 	var buckets [4][]*coinpulse.CoinDetail
 	for i, k := range s.lower {
 		var b int
+		if !strings.Contains(k.all, q) {
+			continue
+		}
+		id := k.id
 		switch {
-		case k.symbol == q:
+		case k.symbol == q || id == q:
 			b = 0
 		case k.name == q:
 			b = 1
-		case strings.HasPrefix(k.symbol, q) || strings.HasPrefix(k.name, q):
+		case strings.HasPrefix(k.symbol, q) || strings.HasPrefix(k.name, q) || strings.HasPrefix(id, q):
 			b = 2
-		case strings.Contains(k.symbol, q) || strings.Contains(k.name, q):
+		case strings.Contains(k.symbol, q) || strings.Contains(k.name, q) || strings.Contains(id, q):
 			b = 3
 		default:
 			continue

@@ -239,6 +239,9 @@ func TestSearch(t *testing.T) {
 		{"prefix by rank", "bitc", 20, []string{"bitcoin", "bitcoin-cash", "wrapped-bitcoin"}},
 		{"substring of a name", "coin c", 20, []string{"bitcoin-cash"}},
 		{"substring of a symbol", "th", 20, []string{"ethereum"}},
+		{"exact id with the exact symbols", "bitcoin-cash", 20, []string{"bitcoin-cash"}},
+		{"id prefix", "wrapped-", 20, []string{"wrapped-bitcoin"}},
+		{"id substring", "-clone", 20, []string{"btc-clone"}},
 		{"no match", "dogecoin", 20, []string{}},
 	}
 	for _, tt := range tests {
