@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 
 	"coinpulse"
 	"coinpulse/internal/sqlite"
+	"coinpulse/internal/testlog"
 )
 
 // epochStore fails AuthEpoch while down is set.
@@ -37,24 +37,6 @@ func (s *epochStore) AuthEpoch(ctx context.Context) (int64, error) {
 	return s.AccountStore.AuthEpoch(ctx)
 }
 
-// syncBuffer is a bytes.Buffer safe for a logger and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // A store that stops answering the auth-epoch poll (40 a second) gets one
 // warning, not one a poll, and one line when it answers again.
 func TestAuthEpochPollLogsAnOutageOnce(t *testing.T) {
@@ -64,7 +46,7 @@ func TestAuthEpochPollLogsAnOutageOnce(t *testing.T) {
 	}
 	defer db.Close()
 	store := &epochStore{AccountStore: db, down: true}
-	var logs syncBuffer
+	var logs testlog.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	c := newKeyCache(store, time.Now, time.Minute)
 	ctx, cancel := context.WithCancel(t.Context())
