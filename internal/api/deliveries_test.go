@@ -250,11 +250,7 @@ func TestAlertsHeldWithoutEntitlement(t *testing.T) {
 	}
 	env.waitEntitlement(u.ID, false)
 	env.stepTo(env.now().Add(time.Hour))
-	pollUntil(t, "the delivery failed", func() bool {
-		ds, err := env.store.Deliveries(env.ctx, coinpulse.Owner{UserID: u.ID, Mode: coinpulse.ModeLive}, w2.ID, 10)
-		return err == nil && len(ds) == 1 && ds[0].Status == coinpulse.DeliveryFailed &&
-			ds[0].LastError == "the account's plan or subscription no longer includes alerts"
-	})
+	env.waitFailedUnsent(u.ID, w2.ID, "the account's plan or subscription no longer includes alerts")
 	if n := len(rc2.got()); n != 1 {
 		t.Errorf("the receiver got %d requests, want the one before the downgrade", n)
 	}
@@ -276,11 +272,7 @@ func TestWebhooksHeldWithoutEntitlement(t *testing.T) {
 	lowered[coinpulse.TierPremium] = p
 	env.srv.SetPlans(env.ctx, lowered)
 	env.fireAlert(key, false)
-	pollUntil(t, "the delivery failed", func() bool {
-		ds, err := env.store.Deliveries(env.ctx, coinpulse.Owner{UserID: u.ID, Mode: coinpulse.ModeLive}, w.ID, 10)
-		return err == nil && len(ds) == 1 && ds[0].Status == coinpulse.DeliveryFailed &&
-			ds[0].LastError == "the account's plan no longer includes webhooks"
-	})
+	env.waitFailedUnsent(u.ID, w.ID, "the account's plan no longer includes webhooks")
 	if n := len(rc.got()); n != 0 {
 		t.Errorf("the receiver got %d requests, want none", n)
 	}
@@ -564,6 +556,17 @@ func (e *alertEnv) waitEntitlement(userID int64, alerts bool) {
 	pollUntil(e.tb, fmt.Sprintf("account %d entitled to alerts: %v", userID, alerts), func() bool {
 		en, err := e.srv.Entitlement(e.ctx, userID)
 		return err == nil && en.Alerts == alerts
+	})
+}
+
+// waitFailedUnsent waits until the one delivery to the live endpoint
+// webhookID of account userID has failed with lastError. It reads the
+// store: the account may no longer reach the delivery log.
+func (e *alertEnv) waitFailedUnsent(userID, webhookID int64, lastError string) {
+	e.tb.Helper()
+	pollUntil(e.tb, "the delivery failed: "+lastError, func() bool {
+		ds, err := e.store.Deliveries(e.ctx, coinpulse.Owner{UserID: userID, Mode: coinpulse.ModeLive}, webhookID, 10)
+		return err == nil && len(ds) == 1 && ds[0].Status == coinpulse.DeliveryFailed && ds[0].LastError == lastError
 	})
 }
 

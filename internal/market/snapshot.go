@@ -179,15 +179,14 @@ func (s *Snapshot) Search(q string, limit int) []*coinpulse.CoinDetail {
 		if !strings.Contains(k.all, q) {
 			continue
 		}
-		id := k.id
 		switch {
-		case k.symbol == q || id == q:
+		case k.symbol == q || k.id == q:
 			b = 0
 		case k.name == q:
 			b = 1
-		case strings.HasPrefix(k.symbol, q) || strings.HasPrefix(k.name, q) || strings.HasPrefix(id, q):
+		case strings.HasPrefix(k.symbol, q) || strings.HasPrefix(k.name, q) || strings.HasPrefix(k.id, q):
 			b = 2
-		case strings.Contains(k.symbol, q) || strings.Contains(k.name, q) || strings.Contains(id, q):
+		case strings.Contains(k.symbol, q) || strings.Contains(k.name, q) || strings.Contains(k.id, q):
 			b = 3
 		default:
 			continue
