@@ -566,6 +566,17 @@ func TestNotReady(t *testing.T) {
 			t.Errorf("POST %s: Retry-After %q, want 5", c.path, res.Header.Get("Retry-After"))
 		}
 	}
+	// A portfolio read while loading has no prices: its value and P/L are
+	// null, not 0 and -100 %; a sync waits for them.
+	loaded := testServer(t)
+	p := newPortfolio(t, loaded, key, "Loading")
+	base := fmt.Sprintf("/api/v1/portfolio/%d", p.ID)
+	want[jsonHolding](t, send(t, loaded, "POST", base+"/holdings", key, `{"coin_id":"bitcoin","quantity":1,"buy_price":100}`), http.StatusCreated)
+	got := want[jsonPortfolio](t, do(t, srv, "GET", base, key), http.StatusOK)
+	if got.TotalValue != nil || got.ProfitLoss != nil || got.ProfitLossPercentage != nil || string(got.TotalCost) != "100" {
+		t.Errorf("portfolio while loading: %+v, want null value and P/L, cost 100", got)
+	}
+	wantError(t, send(t, srv, "POST", base+"/sync", key, ""), 503, coinpulse.CodeUnavailable)
 	if res := do(t, srv, "GET", "/healthz", ""); res.Status != 200 {
 		t.Errorf("healthz while loading: %d", res.Status)
 	}

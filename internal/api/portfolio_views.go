@@ -48,10 +48,10 @@ type portfolioView struct {
 	ID                   int64         `json:"id"`
 	Name                 string        `json:"name"`
 	Description          string        `json:"description"`
-	TotalValue           num           `json:"total_value"`
+	TotalValue           *num          `json:"total_value"`
 	TotalCost            num           `json:"total_cost"`
-	ProfitLoss           num           `json:"profit_loss"`
-	ProfitLossPercentage num           `json:"profit_loss_percentage"`
+	ProfitLoss           *num          `json:"profit_loss"`
+	ProfitLossPercentage *num          `json:"profit_loss_percentage"`
 	RealizedProfitLoss   num           `json:"realized_profit_loss"`
 	HoldingsCount        int           `json:"holdings_count"`
 	CreatedAt            time.Time     `json:"created_at"`
@@ -118,8 +118,9 @@ func viewHolding(h *coinpulse.Holding, snap *market.Snapshot) holdingView {
 	return v
 }
 
-// viewPortfolio prices p's holdings at snap. A holding without a price
-// adds its cost but no value.
+// viewPortfolio prices p's holdings at snap. Its value and P/L are null
+// while a holding that holds some quantity has no price (see unpriced): a
+// sum that left it out would be a made-up figure.
 func viewPortfolio(p *coinpulse.Portfolio, snap *market.Snapshot) portfolioView {
 	v := portfolioView{
 		ID: p.ID, Name: p.Name, Description: p.Description,
@@ -136,14 +137,28 @@ func viewPortfolio(p *coinpulse.Portfolio, snap *market.Snapshot) portfolioView 
 			value = value.Add(decimal.Decimal(*h.CurrentValue))
 		}
 	}
-	pl := value.Sub(cost)
-	v.TotalValue, v.TotalCost, v.ProfitLoss = num(value), num(cost), num(pl)
-	v.ProfitLossPercentage = num(ledger.Percent(pl, cost))
+	v.TotalCost = num(cost)
+	if v.unpriced() == nil {
+		pl := value.Sub(cost)
+		v.TotalValue, v.ProfitLoss, v.ProfitLossPercentage = optNum(value, true), optNum(pl, true), optNum(ledger.Percent(pl, cost), true)
+	}
 	if v.SyncedAt != nil {
 		t := v.SyncedAt.UTC()
 		v.SyncedAt = &t
 	}
 	return v
+}
+
+// unpriced returns the first holding that holds some quantity of a coin
+// without a market price, nil if none. A sold-out holding is worth 0
+// whatever the price.
+func (v *portfolioView) unpriced() *holdingView {
+	for i := range v.Holdings {
+		if h := &v.Holdings[i]; h.CurrentValue == nil && !decimal.Decimal(h.Quantity).IsZero() {
+			return h
+		}
+	}
+	return nil
 }
 
 func viewTransaction(t *coinpulse.Transaction) transactionView {
@@ -267,10 +282,10 @@ func (v *portfolioView) appendJSON(b []byte) []byte {
 	b = strconv.AppendInt(b, v.ID, 10)
 	b = appendStr(b, "name", v.Name)
 	b = appendStr(b, "description", v.Description)
-	b = appendNum(b, "total_value", v.TotalValue)
+	b = appendOptNum(b, "total_value", v.TotalValue)
 	b = appendNum(b, "total_cost", v.TotalCost)
-	b = appendNum(b, "profit_loss", v.ProfitLoss)
-	b = appendNum(b, "profit_loss_percentage", v.ProfitLossPercentage)
+	b = appendOptNum(b, "profit_loss", v.ProfitLoss)
+	b = appendOptNum(b, "profit_loss_percentage", v.ProfitLossPercentage)
 	b = appendNum(b, "realized_profit_loss", v.RealizedProfitLoss)
 	b = append(appendKey(b, "holdings_count"), strconv.Itoa(v.HoldingsCount)...)
 	b = appendTime(b, "created_at", v.CreatedAt)

@@ -16,11 +16,13 @@ func TestPortfolioEncoderMatchesEncodingJSON(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 678900000, time.UTC)
 	synced := at.Add(time.Hour)
 	views := []portfolioView{
-		{ID: 1, Name: "plain", TotalValue: d("0"), TotalCost: d("0"), ProfitLoss: d("0"), ProfitLossPercentage: d("0"), RealizedProfitLoss: d("0"), CreatedAt: at, UpdatedAt: at, Holdings: []holdingView{}},
+		{ID: 1, Name: "plain", TotalValue: p("0"), TotalCost: d("0"), ProfitLoss: p("0"), ProfitLossPercentage: p("0"), RealizedProfitLoss: d("0"), CreatedAt: at, UpdatedAt: at, Holdings: []holdingView{}},
+		{ID: 2, Name: "unpriced", TotalCost: d("5"), RealizedProfitLoss: d("0"), HoldingsCount: 1, CreatedAt: at, UpdatedAt: at,
+			Holdings: []holdingView{{ID: 9, PortfolioID: 2, CoinID: "gone", Quantity: d("1"), AverageBuyPrice: p("5"), TotalCost: d("5"), CreatedAt: at, UpdatedAt: at}}},
 		{
 			ID: 1 << 40, Name: `quotes " and \ and <b>&</b>`, Description: "ünïcödé\n\ttabs\u0001\u2028",
-			TotalValue: d("123456789012345678901234567890.123456789012345678"), TotalCost: d("-0.000000000000000001"),
-			ProfitLoss: d("1e3"), ProfitLossPercentage: d("-12.5"), RealizedProfitLoss: d("0.3"),
+			TotalValue: p("123456789012345678901234567890.123456789012345678"), TotalCost: d("-0.000000000000000001"),
+			ProfitLoss: p("1e3"), ProfitLossPercentage: p("-12.5"), RealizedProfitLoss: d("0.3"),
 			HoldingsCount: 2, CreatedAt: at, UpdatedAt: at, SyncedAt: &synced,
 			Holdings: []holdingView{
 				{ID: 7, PortfolioID: 1 << 40, CoinID: "bitcoin", CoinSymbol: "btc", CoinName: "Bitcoin", Quantity: d("0.3"), AverageBuyPrice: p("100"),

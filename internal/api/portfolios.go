@@ -400,8 +400,12 @@ func (s *Server) syncPortfolio(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	v := viewPortfolio(p, snap)
+	if h := v.unpriced(); h != nil {
+		return coinpulse.Errorf(coinpulse.CodeConflict,
+			"Holding %d (%s) has no market price now, so the portfolio's value cannot be recorded; sync again once the coin is priced, or sell the holding first.", h.ID, h.CoinID)
+	}
 	now := s.clock().UTC().Truncate(time.Microsecond)
-	point := coinpulse.ValuePoint{At: now, TotalValue: decimal.Decimal(v.TotalValue), TotalCost: decimal.Decimal(v.TotalCost)}
+	point := coinpulse.ValuePoint{At: now, TotalValue: decimal.Decimal(*v.TotalValue), TotalCost: decimal.Decimal(v.TotalCost)}
 	if err := s.store.RecordValue(r.Context(), o, id, point); err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -8,10 +9,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/shopspring/decimal"
 
 	"coinpulse"
+	"coinpulse/internal/ledger"
 )
 
 // send sends a request with a JSON body through the server's handler.
@@ -61,10 +64,10 @@ type jsonPortfolio struct {
 	ID                   int64         `json:"id"`
 	Name                 string        `json:"name"`
 	Description          string        `json:"description"`
-	TotalValue           json.Number   `json:"total_value"`
+	TotalValue           *json.Number  `json:"total_value"`
 	TotalCost            json.Number   `json:"total_cost"`
-	ProfitLoss           json.Number   `json:"profit_loss"`
-	ProfitLossPercentage json.Number   `json:"profit_loss_percentage"`
+	ProfitLoss           *json.Number  `json:"profit_loss"`
+	ProfitLossPercentage *json.Number  `json:"profit_loss_percentage"`
 	RealizedProfitLoss   json.Number   `json:"realized_profit_loss"`
 	HoldingsCount        int           `json:"holdings_count"`
 	SyncedAt             *string       `json:"synced_at"`
@@ -113,7 +116,7 @@ func TestPortfolioLifecycle(t *testing.T) {
 	key := proKey(t)
 
 	p := newPortfolio(t, srv, key, "Long term")
-	if p.Name != "Long term" || p.HoldingsCount != 0 || p.Holdings == nil || string(p.TotalValue) != "0" || p.SyncedAt != nil {
+	if p.Name != "Long term" || p.HoldingsCount != 0 || p.Holdings == nil || p.TotalValue == nil || string(*p.TotalValue) != "0" || p.SyncedAt != nil {
 		t.Fatalf("new portfolio = %+v", p)
 	}
 	base := fmt.Sprintf("/api/v1/portfolio/%d", p.ID)
@@ -204,6 +207,9 @@ func TestPortfolioValues(t *testing.T) {
 		sum = sum.Add(decimal.RequireFromString(h.CurrentValue.String()))
 		cost = cost.Add(decimal.RequireFromString(h.TotalCost.String()))
 	}
+	if got.TotalValue == nil || got.ProfitLoss == nil {
+		t.Fatalf("portfolio %+v: null total_value or profit_loss while every coin is priced", got)
+	}
 	tv, pl := decimal.RequireFromString(got.TotalValue.String()), decimal.RequireFromString(got.ProfitLoss.String())
 	if got.HoldingsCount != 2 || cost.String() != "2000" || string(got.TotalCost) != "2000" || !tv.Equal(sum) || !pl.Equal(tv.Sub(cost)) {
 		t.Errorf("portfolio %+v: want total_value the exact sum of values %s and profit_loss total_value - 2000", got, sum)
@@ -214,6 +220,65 @@ func TestPortfolioValues(t *testing.T) {
 		if h.CoinID == "bitcoin" {
 			numIs(t, "P/L % of a free holding", h.ProfitLossPercentage, "0")
 		}
+	}
+}
+
+// A holding of a coin without a market price (one that has left the feed)
+// leaves the portfolio's value and P/L unknown: null, not a sum that
+// leaves it out. Its cost still counts, a sold-out holding of it does not
+// matter, and a sync refuses to record a value it does not know.
+func TestPortfolioUnpriced(t *testing.T) {
+	t.Parallel()
+	srv := testServer(t)
+	u := newUser(t, coinpulse.TierPro, nil)
+	key, _ := newKey(t, u, coinpulse.ModeLive, rw, nil)
+	p := newPortfolio(t, srv, key, "Unpriced")
+	base := fmt.Sprintf("/api/v1/portfolio/%d", p.ID)
+	want[jsonHolding](t, send(t, srv, "POST", base+"/holdings", key, `{"coin_id":"bitcoin","quantity":1,"buy_price":100}`), http.StatusCreated)
+	gone, _, err := shared.store.Trade(context.Background(), coinpulse.Owner{UserID: u.ID, Mode: coinpulse.ModeLive},
+		coinpulse.Trade{PortfolioID: p.ID, CoinID: "left-the-feed", CoinSymbol: "ltf", CoinName: "Left", Now: time.Now().UTC()},
+		ledger.BuyFunc(ledger.Lot{Quantity: decimal.NewFromInt(2), Price: decimal.NewFromInt(5), ExecutedAt: time.Now().UTC()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	got := want[jsonPortfolio](t, do(t, srv, "GET", base, key), http.StatusOK)
+	numIs(t, "total_value", got.TotalValue, "null")
+	numIs(t, "profit_loss", got.ProfitLoss, "null")
+	numIs(t, "profit_loss_percentage", got.ProfitLossPercentage, "null")
+	if string(got.TotalCost) != "110" {
+		t.Errorf("total_cost %s, want 110: the unpriced holding's cost counts", got.TotalCost)
+	}
+	for _, h := range got.Holdings {
+		if h.CoinID == "bitcoin" && h.CurrentValue == nil {
+			t.Error("the priced holding lost its value")
+		}
+		if h.CoinID == "left-the-feed" && (h.CurrentPrice != nil || h.CurrentValue != nil || h.ProfitLoss != nil) {
+			t.Errorf("unpriced holding %+v: want null price, value and P/L", h)
+		}
+	}
+	list := want[[]jsonPortfolio](t, do(t, srv, "GET", "/api/v1/portfolio", key), http.StatusOK)
+	if len(list) != 1 || list[0].TotalValue != nil {
+		t.Errorf("GET /portfolio = %+v, want the one portfolio with a null total_value", list)
+	}
+
+	res := send(t, srv, "POST", base+"/sync", key, "")
+	wantError(t, res, http.StatusConflict, coinpulse.CodeConflict)
+	if !strings.Contains(res.Error.Message, fmt.Sprintf("Holding %d (left-the-feed)", gone.ID)) {
+		t.Errorf("sync refused with %q, want the holding named", res.Error.Message)
+	}
+	if h := want[struct {
+		Points []map[string]any `json:"points"`
+	}](t, do(t, srv, "GET", base+"/history", key), http.StatusOK); len(h.Points) != 0 {
+		t.Errorf("a refused sync recorded %d points", len(h.Points))
+	}
+
+	// Sold out, the holding is worth 0 whatever its price: the totals are
+	// known again, and a sync records them.
+	want[jsonTrade](t, send(t, srv, "POST", fmt.Sprintf("/api/v1/holdings/%d/sell", gone.ID), key, `{"quantity":2,"sell_price":6}`), http.StatusCreated)
+	got = want[jsonPortfolio](t, send(t, srv, "POST", base+"/sync", key, ""), http.StatusOK)
+	if got.TotalValue == nil || got.ProfitLoss == nil || got.ProfitLossPercentage == nil || got.SyncedAt == nil {
+		t.Errorf("after selling the unpriced holding: %+v, want known totals and a sync", got)
 	}
 }
 
