@@ -469,6 +469,7 @@ func TestServeRejectsBadConfig(t *testing.T) {
 		{"serve", "--shutdown-timeout", "0s"},
 		{"serve", "--sim-coins", "5"},
 		{"serve", "--sim-coins", "-5"},
+		{"serve", "--ws-max-per-account", "-1"},
 		{"serve", "--min-mover-volume", "-5"},
 		{"serve", "--min-mover-volume", "NaN"},
 		{"serve", "--shutdown-timeout", "-5s"},

@@ -41,6 +41,7 @@ type serveConfig struct {
 	seed                     int64
 	simCoins                 int
 	maxBody                  int64
+	wsMaxPerAccount          int
 	minMoverVolume           float64
 	logLevel, logFormat      string
 	demo                     bool
@@ -69,6 +70,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.Int64Var(&c.seed, "seed", 1, "seed of the simulated feed")
 	fs.IntVar(&c.simCoins, "sim-coins", sim.MinCoins, "size of the simulated universe (real coins topped up with synthetic sim- coins; 1000 to 100000)")
 	fs.Int64Var(&c.maxBody, "max-body", 64<<10, "largest request body in bytes")
+	fs.IntVar(&c.wsMaxPerAccount, "ws-max-per-account", api.DefaultMaxStreamsPerAccount, "WebSocket connections an account may hold open on this node (0: no cap)")
 	fs.Float64Var(&c.minMoverVolume, "min-mover-volume", 50_000, "24 h volume floor (USD) for top movers")
 	fs.DurationVar(&c.writeTimeout, "write-timeout", api.DefaultWriteTimeout, "longest a client may take to take in an answer's first part, and each further 64 KiB of it, before it is cut off")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long graceful shutdown waits for in-flight requests")
@@ -109,6 +111,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, fmt.Errorf("--addr %q: HOST:PORT or :PORT to listen on, such as 127.0.0.1:8080 or :8080", c.addr)
 	case c.maxBody < 1024:
 		return c, fmt.Errorf("--max-body %d: must be at least 1024", c.maxBody)
+	case c.wsMaxPerAccount < 0:
+		return c, fmt.Errorf("--ws-max-per-account %d: 0 (no cap) or more", c.wsMaxPerAccount)
 	case c.simCoins < sim.MinCoins || c.simCoins > 100_000:
 		return c, fmt.Errorf("--sim-coins %d: from %d to 100000", c.simCoins, sim.MinCoins)
 	case !(c.minMoverVolume >= 0) || math.IsInf(c.minMoverVolume, 1):
@@ -265,6 +269,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	log.Warn("market data is SIMULATED: prices are made up by the sim feed", "feed", feed.String())
 	engine := market.New(market.Config{Feed: feed, Store: store, Log: log, Refresh: cfg.refresh, MinMoverVolume: cfg.minMoverVolume})
 	apiCfg := api.Config{Store: store, Market: engine, Log: log, MaxBody: cfg.maxBody, WriteTimeout: cfg.writeTimeout, Plans: cfg.plans, SandboxLimits: &cfg.sandbox}
+	if apiCfg.MaxStreamsPerAccount = cfg.wsMaxPerAccount; cfg.wsMaxPerAccount == 0 {
+		apiCfg.MaxStreamsPerAccount = -1 // no cap
+	}
 	var mtr *meter.Meter
 	if cfg.limits == "on" {
 		limiter, closeLimiter, err := newLimiter(ctx, cfg, store, log)

@@ -79,6 +79,8 @@ type alertEnvOptions struct {
 	// wrapStore, when set, wraps the store the server is given (not
 	// env.store), e.g. to make some of its reads fail.
 	wrapStore func(coinpulse.Store) coinpulse.Store
+	// maxStreams is the server's MaxStreamsPerAccount.
+	maxStreams int
 }
 
 type alertEnv struct {
@@ -137,7 +139,7 @@ func newAlertEnv(tb testing.TB, opts alertEnvOptions) *alertEnv {
 	cfg := Config{
 		Store: srvStore, Market: shared.engine, Log: quiet, Plans: opts.plans, Clock: clock,
 		AlertIndex: e.ev, WebhookAllowPrivate: opts.allowPrivate,
-		Stream: stream.Config{Heartbeat: -1},
+		Stream: stream.Config{Heartbeat: -1}, MaxStreamsPerAccount: opts.maxStreams,
 	}
 	if opts.dispatch {
 		so := opts.sender

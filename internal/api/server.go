@@ -73,6 +73,10 @@ type Config struct {
 	// Stream configures the WebSocket hub of /ws (its Authenticate and
 	// Resolve are the server's own).
 	Stream stream.Config
+	// MaxStreamsPerAccount caps the WebSocket connections one account
+	// (both modes together) holds open on this node (0: the default,
+	// DefaultMaxStreamsPerAccount; negative: no cap).
+	MaxStreamsPerAccount int
 	// KeyCacheTTL bounds how long a verified key is trusted without asking
 	// the store again (default 30 s); revocations cut it short everywhere
 	// through the store's auth epoch.
@@ -129,6 +133,7 @@ type Server struct {
 	resolver            *net.Resolver
 	hub                 *stream.Hub
 	wsRoute             Route
+	streams             streamSlots
 	dashboard           http.Handler
 }
 
@@ -315,6 +320,10 @@ func New(cfg Config) *Server {
 		if rt.Path == "/ws" {
 			s.wsRoute = rt
 		}
+	}
+	s.streams = streamSlots{max: cfg.MaxStreamsPerAccount, held: map[int64]int{}}
+	if s.streams.max == 0 {
+		s.streams.max = DefaultMaxStreamsPerAccount
 	}
 	sc := cfg.Stream
 	sc.Authenticate, sc.Resolve, sc.Upgraded = s.streamAuth, s.streamResolve, s.streamUpgraded
@@ -877,6 +886,9 @@ func (s *Server) finish(e *exchange, r *http.Request, rt Route, label string, ob
 		obs.observe(e.status, took)
 	}
 	s.meter(e, r, rt, label, took)
+	if rt.KeyOptional {
+		s.giveStreamSlot(r)
+	}
 	if s.meterer != nil {
 		s.running.Add(-1)
 	}
@@ -921,6 +933,12 @@ func (s *Server) admit(e *exchange, r *http.Request, rt Route) error {
 	if tooLarge {
 		s.peekHeaders(e, r)
 		return s.bodyTooLarge(r)
+	}
+	if rt.KeyOptional { // the WebSocket: a connection slot first, uncounted if none is left
+		if err := s.takeStreamSlot(e, r); err != nil {
+			s.peekHeaders(e, r)
+			return err
+		}
 	}
 	if err := s.limit(e, r, rt); err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +28,9 @@ type wsCall struct {
 	// answered 101: its duration in the meter.
 	start   time.Time
 	upgrade time.Duration
+	// slot is the account holding one of the node's connection slots
+	// for this call (see streamSlots), 0 for none yet.
+	slot int64
 }
 
 // withStreamCall gives a request to the WebSocket route the state its
@@ -123,6 +127,10 @@ func (s *Server) streamAuth(ctx context.Context, key string) (stream.Principal, 
 		return stream.Principal{}, err
 	}
 	e.principal = p
+	if err := s.takeStreamSlot(e, r); err != nil {
+		e.principal = nil
+		return stream.Principal{}, err
+	}
 	if err := s.limit(e, r, s.wsRoute); err != nil {
 		e.principal = nil
 		return stream.Principal{}, err
@@ -164,6 +172,71 @@ func (s *Server) streamResolve(idOrSymbol string) (string, error) {
 		return "", coinpulse.Errorf(coinpulse.CodeNotFound, "No coin %q; use an id from /api/v1/markets or /api/v1/markets/search.", truncate(idOrSymbol, 100))
 	}
 	return d.ID, nil
+}
+
+// DefaultMaxStreamsPerAccount is how many WebSocket connections an account
+// may hold open on one node by default (Config.MaxStreamsPerAccount).
+const DefaultMaxStreamsPerAccount = 25
+
+// streamSlots caps the WebSocket connections each account holds open on
+// this node, so that one account cannot tie up the node's memory and
+// sockets: the limits bound how fast connections open, not how many stay
+// open. A connection takes its account's slot once authenticated, before
+// the limits count the call, and gives it back when the call ends.
+type streamSlots struct {
+	mu   sync.Mutex
+	max  int // negative: no cap
+	held map[int64]int
+}
+
+// take takes one of userID's slots; false when it holds them all.
+func (t *streamSlots) take(userID int64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.max >= 0 && t.held[userID] >= t.max {
+		return false
+	}
+	t.held[userID]++
+	return true
+}
+
+// give gives back one of userID's slots.
+func (t *streamSlots) give(userID int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.held[userID]--; t.held[userID] <= 0 {
+		delete(t.held, userID)
+	}
+}
+
+// takeStreamSlot takes a connection slot for the WebSocket call of r, of
+// e's principal: 429 RATE_LIMIT_EXCEEDED, counting nothing, when the
+// account holds every slot. finish gives it back (giveStreamSlot).
+func (s *Server) takeStreamSlot(e *exchange, r *http.Request) error {
+	call, _ := r.Context().Value(wsCallKey{}).(*wsCall)
+	if call == nil || call.slot != 0 {
+		return nil
+	}
+	id := e.principal.user.ID
+	if !s.streams.take(id) {
+		e.Header().Set("Retry-After", strconv.Itoa(streamSlotRetry))
+		return coinpulse.Errorf(coinpulse.CodeRateLimitExceeded,
+			"Your account has %d WebSocket connections open on this server, the most it may hold; close one before opening another (retry in %d seconds).", s.streams.max, streamSlotRetry)
+	}
+	call.slot = id
+	return nil
+}
+
+// streamSlotRetry is the Retry-After of a connection refused for want of
+// a slot: a guess, as nothing says when one of the others will close.
+const streamSlotRetry = 10
+
+// giveStreamSlot gives back the slot the WebSocket call of r took, if any.
+func (s *Server) giveStreamSlot(r *http.Request) {
+	if call, _ := r.Context().Value(wsCallKey{}).(*wsCall); call != nil && call.slot != 0 {
+		s.streams.give(call.slot)
+		call.slot = 0
+	}
 }
 
 // Hub returns the server's WebSocket hub, to publish prices and alerts.

@@ -376,6 +376,72 @@ func TestWSRefused(t *testing.T) {
 	wantError(t, do(t, env.srv, "GET", "/api/v1/ws", free), http.StatusForbidden, coinpulse.CodePermissionDenied)
 }
 
+// An account holds at most MaxStreamsPerAccount connections open, live
+// and sandbox keys together: one more is 429 RATE_LIMIT_EXCEEDED before
+// the upgrade (a key in the headers) or an error and a close 1013 (a key
+// in the first message), and is not counted; another account is not held
+// back, and a closed connection gives its slot back.
+func TestWSConnectionCap(t *testing.T) {
+	t.Parallel()
+	env := newAlertEnv(t, alertEnvOptions{metered: true, maxStreams: 2})
+	url := wsServer(t, env)
+	u := env.user(coinpulse.TierPro)
+	live, test := env.key(u, coinpulse.ModeLive, rw), env.key(u, coinpulse.ModeTest, rw)
+	first := mustDialWS(t, url, live)
+	first.expect("welcome")
+	second := mustDialWS(t, url, "")
+	second.send(`{"type":"auth","api_key":"` + test + `"}`)
+	second.expect("welcome")
+
+	c, res, err := dialWS(t, url, live)
+	if err == nil {
+		c.c.CloseNow()
+		t.Fatal("a third connection was accepted")
+	}
+	if res == nil || res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") != "10" {
+		t.Fatalf("third connection: %v, response %v; want HTTP 429 with Retry-After 10", err, res)
+	}
+	body, _ := io.ReadAll(res.Body)
+	if !strings.Contains(string(body), `"code":"RATE_LIMIT_EXCEEDED"`) || !strings.Contains(string(body), "2 WebSocket connections open") {
+		t.Errorf("third connection: body %s", body)
+	}
+	third := mustDialWS(t, url, "")
+	third.send(`{"type":"auth","api_key":"` + live + `","id":3}`)
+	if e := third.expect("error"); e["code"] != "RATE_LIMIT_EXCEEDED" {
+		t.Errorf("third connection, key in the first message: %v", e)
+	}
+	if ce := third.closed(); ce.Code != websocket.StatusTryAgainLater {
+		t.Errorf("third connection, key in the first message: closed with %d %q, want 1013", ce.Code, ce.Reason)
+	}
+
+	other := mustDialWS(t, url, env.newKey(coinpulse.TierPro))
+	other.expect("welcome")
+
+	// Only the first connection counted: the sandbox one never does, the
+	// refused ones are not counted.
+	monthCalls := func() int64 {
+		time.Sleep(20 * time.Millisecond) // under /usage's abuse limit of 50 a second
+		return decode[struct {
+			MonthCalls int64 `json:"month_calls"`
+		}](t, do(t, env.srv, "GET", "/api/v1/usage", live)).MonthCalls
+	}
+	pollUntil(t, "the first connection metered", func() bool { return monthCalls() > 0 })
+	time.Sleep(50 * time.Millisecond) // five meter intervals: nothing more comes
+	if n := monthCalls(); n != 1 {
+		t.Errorf("month_calls %d, want 1", n)
+	}
+
+	first.c.Close(websocket.StatusNormalClosure, "bye")
+	var again *wsClient
+	pollUntil(t, "a slot given back", func() bool {
+		c, _, err := dialWS(t, url, live)
+		again = c
+		return err == nil
+	})
+	again.expect("welcome")
+	second.quiet("the sandbox connection after all that")
+}
+
 // An alert's firing reaches its owner's connections in its mode that
 // follow alerts, and no one else's.
 func TestWSAlertFirings(t *testing.T) {
@@ -663,4 +729,30 @@ func TestWSClosedWhenItLapses(t *testing.T) {
 		t.Errorf("after the key's expiry: message %q, want %q", e["message"], keyExpired)
 	}
 	kept.quiet("a renewed subscription, later")
+}
+
+func TestStreamSlots(t *testing.T) {
+	capped := streamSlots{max: 2, held: map[int64]int{}}
+	if !capped.take(1) || !capped.take(1) || capped.take(1) {
+		t.Error("a cap of 2: want two slots, then none")
+	}
+	if !capped.take(2) {
+		t.Error("another account is held back by the first's slots")
+	}
+	capped.give(1)
+	if !capped.take(1) {
+		t.Error("a slot given back cannot be taken again")
+	}
+	capped.give(1)
+	capped.give(1)
+	capped.give(2)
+	if len(capped.held) != 0 {
+		t.Errorf("every slot given back, yet %v is held", capped.held)
+	}
+	uncapped := streamSlots{max: -1, held: map[int64]int{}}
+	for i := range 1000 {
+		if !uncapped.take(1) {
+			t.Fatalf("no cap: slot %d refused", i+1)
+		}
+	}
 }
