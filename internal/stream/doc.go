@@ -110,7 +110,8 @@
 //     10 s: an error message, then 1008 "authentication failed",
 //     "authentication required" or "authentication timeout" (1011 or 1013
 //     when the server could not check the key; 1013 "rate limit exceeded"
-//     when the account's limits refuse the call: retry later);
+//     when the account's limits refuse the call, or it holds all the
+//     connections it may keep open: retry later);
 //   - it breaks the protocol: 1002 (an unmasked frame, an unknown
 //     opcode), or 1007 "invalid UTF-8" for a text message that is not
 //     UTF-8;
