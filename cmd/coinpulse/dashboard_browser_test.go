@@ -453,7 +453,15 @@ func TestBrowserDashboard(t *testing.T) {
 	if !js[bool](b, `document.querySelector("#perm-read").checked && !document.querySelector("#perm-write").checked`) {
 		t.Error("#perm-read is not checked (or #perm-write is) by default")
 	}
-	res = b.click("#key-create", "/user/api/keys")
+	// The new key's page answers POST /user/api/keys; its script puts the
+	// dashboard's address in its place in the history.
+	res = b.load("click #key-create", chromedp.Click(chromedp.CSS("#key-create"), chromedp.NodeVisible))
+	if res.Status != 200 || !strings.HasSuffix(res.URL, "/user/api/keys") {
+		b.fatalf("#key-create loaded %s with %d, want /user/api/keys with 200", res.URL, res.Status)
+	}
+	if got := b.path(); got != "/user/api" {
+		t.Errorf("the new key's page is at %s in the history, want /user/api", got)
+	}
 	if cc := fmt.Sprint(res.Headers["Cache-Control"]); !strings.Contains(cc, "no-store") {
 		t.Errorf("the new-key page's Cache-Control is %q, want no-store", cc)
 	}
@@ -480,9 +488,13 @@ func TestBrowserDashboard(t *testing.T) {
 	}
 	b.screenshot("new-key")
 
-	// Back on the dashboard, the key is listed but never shown again, not
-	// even after a reload.
-	b.click("#back-to-dashboard", "/user/api")
+	// A reload of the new key's page shows the dashboard rather than send
+	// the form again, which would create a second key; there the key is
+	// listed but never shown again, not even after another reload.
+	if href := js[string](b, `document.querySelector("#back-to-dashboard").getAttribute("href")`); href != "/user/api" {
+		t.Errorf("#back-to-dashboard links to %q, want /user/api", href)
+	}
+	b.expectPage(b.load("reload the new key's page", chromedp.Reload()), "/user/api")
 	keyID := b.shownOnce(key)
 	b.load("reload", chromedp.Reload())
 	b.shownOnce(key)

@@ -1,5 +1,5 @@
-// Coinpulse dashboard: the copy button of the new-key page. Everything
-// else works without JavaScript.
+// Coinpulse dashboard: the new-key page's copy button, and its entry in
+// the history. Everything else works without JavaScript.
 "use strict";
 document.addEventListener("DOMContentLoaded", function () {
   var button = document.getElementById("copy-key");
@@ -7,6 +7,12 @@ document.addEventListener("DOMContentLoaded", function () {
   var status = document.getElementById("copy-status");
   if (!button || !key) {
     return;
+  }
+  // The page answers the form's POST: put the dashboard's address in its
+  // place in the history, so that a reload shows the dashboard instead of
+  // sending the form again, which would create a second key.
+  if (window.history && typeof window.history.replaceState === "function") {
+    window.history.replaceState(null, "", "/user/api");
   }
   button.hidden = false;
   function done(ok) {
