@@ -263,7 +263,7 @@ func (b *body) executedAt(now time.Time) time.Time {
 		b.fail("executed_at", "must be an RFC 3339 timestamp such as 2026-01-02T15:04:05Z")
 		return now
 	}
-	t, err := time.Parse(time.RFC3339Nano, s)
+	t, err := time.Parse(time.RFC3339Nano, upperTZ(s))
 	if err != nil {
 		b.fail("executed_at", "must be an RFC 3339 timestamp such as 2026-01-02T15:04:05Z")
 		return now
@@ -273,6 +273,18 @@ func (b *body) executedAt(now time.Time) time.Time {
 		return now
 	}
 	return t.UTC()
+}
+
+// upperTZ capitalises the t and z that RFC 3339 (section 5.6) allows in
+// lower case, which time.Parse does not take: 2026-01-02t15:04:05z.
+func upperTZ(s string) string {
+	if len(s) > 10 && s[10] == 't' {
+		s = s[:10] + "T" + s[11:]
+	}
+	if n := len(s); n > 0 && s[n-1] == 'z' {
+		s = s[:n-1] + "Z"
+	}
+	return s
 }
 
 // DefaultBodyTimeout is how long a client may take, by default, to send a

@@ -141,7 +141,8 @@ func TestPortfolioLifecycle(t *testing.T) {
 	numIs(t, "realized_profit_loss of the first sell", sell.Transaction.RealizedProfitLoss, "5")
 
 	sell = want[jsonTrade](t, send(t, srv, "POST", "/v1/portfolio/transactions", key,
-		fmt.Sprintf(`{"portfolio_id":%d,"coin_id":"bitcoin","type":"sell","quantity":0.2,"price":50,"executed_at":"2026-01-02T03:04:05Z"}`, p.ID)), http.StatusCreated)
+		fmt.Sprintf(`{"portfolio_id":%d,"coin_id":"bitcoin","type":"sell","quantity":0.2,"price":50,"executed_at":"2026-01-02t03:04:05z"}`, p.ID)), http.StatusCreated) // RFC 3339 allows t and z
+
 	numIs(t, "realized_profit_loss of the second sell", sell.Transaction.RealizedProfitLoss, "-10")
 	if string(sell.Holding.Quantity) != "0" || string(sell.Holding.TotalCost) != "0" || sell.Transaction.ExecutedAt != "2026-01-02T03:04:05Z" {
 		t.Fatalf("sold out = %+v", sell)
