@@ -2,6 +2,7 @@ package coinpulse
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -136,15 +137,31 @@ type PortfolioStore interface {
 	Trade(ctx context.Context, o Owner, t Trade, apply TradeFunc) (Holding, Transaction, error)
 	// DeleteHolding deletes a holding; its transactions stay.
 	DeleteHolding(ctx context.Context, o Owner, id int64) error
-	// Transactions returns a page of a portfolio's transactions, newest
-	// (by ExecutedAt, then ID) first, and their total count.
-	Transactions(ctx context.Context, o Owner, portfolioID int64, offset, limit int) ([]Transaction, int, error)
+	// Transactions returns the page pg of a portfolio's transactions,
+	// newest (by ExecutedAt, then ID) first, and their total count.
+	Transactions(ctx context.Context, o Owner, portfolioID int64, pg TxPage) ([]Transaction, int, error)
 	// RecordValue appends a value point and sets the portfolio's SyncedAt
 	// to v.At.
 	RecordValue(ctx context.Context, o Owner, portfolioID int64, v ValuePoint) error
 	// ValueHistory returns a portfolio's value points at or after from,
 	// oldest first.
 	ValueHistory(ctx context.Context, o Owner, portfolioID int64, from time.Time) ([]ValuePoint, error)
+}
+
+// TxPage selects transactions from a portfolio's list: at most Limit
+// (negative: no limit), from the one after StartingAfter's place in the
+// list when it is set (a transaction of the portfolio, else
+// ErrTxCursor), else after skipping Offset. A cursor is not moved by the
+// transactions recorded since it was read, as an offset is.
+type TxPage struct {
+	Offset, Limit int
+	StartingAfter int64
+}
+
+// ErrTxCursor is the VALIDATION_ERROR of a TxPage.StartingAfter that names
+// no transaction of the portfolio.
+func ErrTxCursor(id int64) error {
+	return ValidationError("starting_after", fmt.Sprintf("the portfolio has no transaction %d", id))
 }
 
 // ErrPortfolioNotFound is RESOURCE_NOT_FOUND for a portfolio.

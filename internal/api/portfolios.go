@@ -1,6 +1,7 @@
 package api
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -350,7 +351,7 @@ func (s *Server) listTransactions(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	q, err := parseQuery(r.URL.RawQuery, "page", "per_page")
+	q, err := parseQuery(r.URL.RawQuery, "page", "per_page", "starting_after")
 	if err != nil {
 		return err
 	}
@@ -362,18 +363,34 @@ func (s *Server) listTransactions(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	txs, total, err := s.store.Transactions(r.Context(), owner(w), id, (page-1)*perPage, perPage)
+	after, err := q.int("starting_after", 0, 1, math.MaxInt64)
 	if err != nil {
 		return err
 	}
+	if _, paged := q.lookup("page"); paged && after != 0 {
+		return coinpulse.ValidationError("starting_after", "give page or starting_after, not both")
+	}
+	// One more than the page holds says whether more come after it.
+	pg := coinpulse.TxPage{Offset: (page - 1) * perPage, Limit: perPage + 1, StartingAfter: int64(after)}
+	if after != 0 {
+		pg.Offset = 0
+	}
+	txs, total, err := s.store.Transactions(r.Context(), owner(w), id, pg)
+	if err != nil {
+		return err
+	}
+	more := len(txs) > perPage
+	txs = txs[:min(len(txs), perPage)]
 	out := make([]transactionView, len(txs))
 	for i := range txs {
 		out[i] = viewTransaction(&txs[i])
 	}
-	totalPages := (total + perPage - 1) / perPage
 	m := s.newMeta(w)
-	m.CurrentPage, m.TotalPages, m.TotalResults = &page, &totalPages, &total
-	m.Page, m.PerPage, m.Total = &page, &perPage, &total
+	m.PerPage, m.Total, m.TotalResults, m.HasMore = &perPage, &total, &total, &more
+	if after == 0 { // a cursor's page has no number
+		totalPages := (total + perPage - 1) / perPage
+		m.CurrentPage, m.TotalPages, m.Page = &page, &totalPages, &page
+	}
 	return writeData(w, http.StatusOK, out, &m)
 }
 

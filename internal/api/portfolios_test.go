@@ -283,6 +283,78 @@ func TestPortfolioUnpriced(t *testing.T) {
 	}
 }
 
+// Paging through transactions with starting_after neither repeats nor
+// skips one when trades are recorded meanwhile, as page numbers would;
+// meta.has_more says when to stop.
+func TestTransactionsCursor(t *testing.T) {
+	t.Parallel()
+	srv := testServer(t)
+	key := proKey(t)
+	p := newPortfolio(t, srv, key, "Cursor")
+	base := fmt.Sprintf("/api/v1/portfolio/%d", p.ID)
+	buy := func(qty int) {
+		t.Helper()
+		want[jsonHolding](t, send(t, srv, "POST", base+"/holdings", key, fmt.Sprintf(`{"coin_id":"bitcoin","quantity":%d,"buy_price":1}`, qty)), http.StatusCreated)
+	}
+	for i := 1; i <= 5; i++ {
+		buy(i)
+	}
+	var seen []string
+	next := base + "/transactions?per_page=2"
+	for pages := 0; ; pages++ {
+		res := do(t, srv, "GET", next, key)
+		txs := want[[]jsonTransaction](t, res, http.StatusOK)
+		for _, tx := range txs {
+			seen = append(seen, string(tx.Quantity))
+		}
+		if pages == 0 {
+			if res.Meta["page"] != 1.0 || res.Meta["total_pages"] != 3.0 {
+				t.Errorf("first page meta %v, want page 1 of 3", res.Meta)
+			}
+			buy(6) // newest of all: a page number would now repeat one
+		} else if _, numbered := res.Meta["page"]; numbered {
+			t.Errorf("a cursor's page has a number: %v", res.Meta)
+		}
+		if res.Meta["per_page"] != 2.0 || res.Meta["total"] == nil {
+			t.Errorf("meta %v: want per_page 2 and a total", res.Meta)
+		}
+		more, _ := res.Meta["has_more"].(bool)
+		if !more {
+			break
+		}
+		if pages > 5 || len(txs) == 0 {
+			t.Fatalf("has_more after %d pages, the last of %d transactions", pages+1, len(txs))
+		}
+		next = fmt.Sprintf("%s/transactions?per_page=2&starting_after=%d", base, txs[len(txs)-1].ID)
+	}
+	if got := strings.Join(seen, ","); got != "5,4,3,2,1" {
+		t.Errorf("paged through %s, want 5,4,3,2,1: each transaction once, newest first", got)
+	}
+
+	last := want[[]jsonTransaction](t, do(t, srv, "GET", base+"/transactions?per_page=250", key), http.StatusOK)
+	for _, c := range []struct{ query, field string }{
+		{"page=1&starting_after=1", "starting_after"},
+		{"starting_after=0", "starting_after"},
+		{"starting_after=abc", "starting_after"},
+		{"starting_after=999999999999", "starting_after"},
+	} {
+		res := do(t, srv, "GET", base+"/transactions?"+c.query, key)
+		wantError(t, res, http.StatusUnprocessableEntity, coinpulse.CodeValidation)
+		if len(res.Error.Details) != 1 || res.Error.Details[0].Field != c.field {
+			t.Errorf("?%s: details %+v, want the field %s", c.query, res.Error.Details, c.field)
+		}
+	}
+	// Another portfolio's transaction is no cursor here.
+	other := newPortfolio(t, srv, key, "Other")
+	want[jsonHolding](t, send(t, srv, "POST", fmt.Sprintf("/api/v1/portfolio/%d/holdings", other.ID), key, `{"coin_id":"bitcoin","quantity":1,"buy_price":1}`), http.StatusCreated)
+	ot := want[[]jsonTransaction](t, do(t, srv, "GET", fmt.Sprintf("/api/v1/portfolio/%d/transactions", other.ID), key), http.StatusOK)
+	wantError(t, do(t, srv, "GET", fmt.Sprintf("%s/transactions?starting_after=%d", base, ot[0].ID), key), http.StatusUnprocessableEntity, coinpulse.CodeValidation)
+	res := do(t, srv, "GET", fmt.Sprintf("%s/transactions?starting_after=%d", base, last[len(last)-1].ID), key)
+	if txs := want[[]jsonTransaction](t, res, http.StatusOK); len(txs) != 0 || res.Meta["has_more"] != false {
+		t.Errorf("after the oldest: %d transactions, meta %v; want none and has_more false", len(txs), res.Meta)
+	}
+}
+
 func TestPortfolioValidation(t *testing.T) {
 	t.Parallel()
 	srv := testServer(t)

@@ -36,6 +36,8 @@ type Meta struct {
 	Page         *int `json:"page,omitempty"`
 	PerPage      *int `json:"per_page,omitempty"`
 	Total        *int `json:"total,omitempty"`
+	// HasMore says whether more items follow this page (transactions).
+	HasMore *bool `json:"has_more,omitempty"`
 }
 
 type errorBody struct {
@@ -138,6 +140,10 @@ func (m *Meta) appendJSON(b []byte) []byte {
 	b = num(b, "page", m.Page)
 	b = num(b, "per_page", m.PerPage)
 	b = num(b, "total", m.Total)
+	if m.HasMore != nil {
+		b = append(b, `,"has_more":`...)
+		b = strconv.AppendBool(b, *m.HasMore)
+	}
 	return append(b, '}')
 }
 

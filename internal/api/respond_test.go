@@ -21,6 +21,8 @@ func TestMetaAppendJSONMatchesEncodingJSON(t *testing.T) {
 		{Timestamp: "t", RequestID: "r", Feed: `we"ird\feed`, Simulated: &no, Query: "q<&>\"\\\x01\u2028é"},
 		{Timestamp: "t", RequestID: "r", MinMoverVolume: &vol},
 		{Timestamp: "t", RequestID: "r", CurrentPage: &one, TotalPages: &two, TotalResults: &big, Page: &one, PerPage: &two, Total: &big},
+		{Timestamp: "t", RequestID: "r", TotalResults: &big, PerPage: &two, Total: &big, HasMore: &yes},
+		{Timestamp: "t", RequestID: "r", PerPage: &two, Total: &one, HasMore: &no},
 	} {
 		want, err := json.Marshal(&m)
 		if err != nil {

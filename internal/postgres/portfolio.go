@@ -467,33 +467,53 @@ func scanTransaction(row pgx.Row) (coinpulse.Transaction, error) {
 // and how many it has in all. A negative offset counts as 0 and a negative
 // limit as no limit. A portfolio the owner does not have is a
 // RESOURCE_NOT_FOUND error.
-func (db *DB) Transactions(ctx context.Context, o coinpulse.Owner, portfolioID int64, offset, limit int) ([]coinpulse.Transaction, int, error) {
-	var total int
+func (db *DB) Transactions(ctx context.Context, o coinpulse.Owner, portfolioID int64, pg coinpulse.TxPage) ([]coinpulse.Transaction, int, error) {
+	var (
+		total  int
+		cursor bool
+	)
 	err := db.pool.QueryRow(ctx, `
-		SELECT (SELECT count(*) FROM portfolio_transactions WHERE portfolio_id = p.id)
-		FROM portfolios p WHERE p.id = $1 AND p.user_id = $2 AND p.mode = $3`,
-		portfolioID, o.UserID, o.Mode).Scan(&total)
+		SELECT (SELECT count(*) FROM portfolio_transactions WHERE portfolio_id = p.id),
+			EXISTS (SELECT 1 FROM portfolio_transactions WHERE id = $1 AND portfolio_id = p.id)
+		FROM portfolios p WHERE p.id = $2 AND p.user_id = $3 AND p.mode = $4`,
+		pg.StartingAfter, portfolioID, o.UserID, o.Mode).Scan(&total, &cursor)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, 0, coinpulse.ErrPortfolioNotFound(portfolioID)
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("postgres: transactions: %w", err)
 	}
-	offset = max(offset, 0)
+	if pg.StartingAfter != 0 && !cursor {
+		return nil, 0, coinpulse.ErrTxCursor(pg.StartingAfter)
+	}
+	offset := max(pg.Offset, 0)
 	var lim *int // NULL: no limit
-	if limit >= 0 {
-		lim = &limit
+	if pg.Limit >= 0 {
+		lim = &pg.Limit
 	}
 	txns := []coinpulse.Transaction{}
-	if limit == 0 || offset >= total {
+	if pg.Limit == 0 || pg.StartingAfter == 0 && offset >= total {
 		return txns, total, nil
 	}
-	rows, err := db.pool.Query(ctx, `
-		SELECT `+txColumns+` FROM portfolio_transactions
-		WHERE portfolio_id = $1
-		ORDER BY executed_at DESC, id DESC
-		LIMIT $2 OFFSET $3`,
-		portfolioID, lim, offset)
+	var rows pgx.Rows
+	if pg.StartingAfter != 0 {
+		// After the cursor's (executed_at, id) in the list's order: the
+		// index on (portfolio_id, executed_at DESC, id DESC) serves it.
+		rows, err = db.pool.Query(ctx, `
+			SELECT `+txColumns+` FROM portfolio_transactions
+			WHERE portfolio_id = $1 AND (executed_at, id) <
+				(SELECT executed_at, id FROM portfolio_transactions WHERE id = $2 AND portfolio_id = $1)
+			ORDER BY executed_at DESC, id DESC
+			LIMIT $3`,
+			portfolioID, pg.StartingAfter, lim)
+	} else {
+		rows, err = db.pool.Query(ctx, `
+			SELECT `+txColumns+` FROM portfolio_transactions
+			WHERE portfolio_id = $1
+			ORDER BY executed_at DESC, id DESC
+			LIMIT $2 OFFSET $3`,
+			portfolioID, lim, offset)
+	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("postgres: transactions: %w", err)
 	}

@@ -471,32 +471,52 @@ func scanTransaction(s scanner) (coinpulse.Transaction, error) {
 // and how many it has in all. A negative offset counts as 0 and a negative
 // limit as no limit. A portfolio the owner does not have is a
 // RESOURCE_NOT_FOUND error.
-func (db *DB) Transactions(ctx context.Context, o coinpulse.Owner, portfolioID int64, offset, limit int) ([]coinpulse.Transaction, int, error) {
-	var total int
+func (db *DB) Transactions(ctx context.Context, o coinpulse.Owner, portfolioID int64, pg coinpulse.TxPage) ([]coinpulse.Transaction, int, error) {
+	var (
+		total  int
+		cursor bool
+	)
 	err := db.db.QueryRowContext(ctx, `
-		SELECT (SELECT count(*) FROM portfolio_transactions WHERE portfolio_id = p.id)
+		SELECT (SELECT count(*) FROM portfolio_transactions WHERE portfolio_id = p.id),
+			EXISTS (SELECT 1 FROM portfolio_transactions WHERE id = ? AND portfolio_id = p.id)
 		FROM portfolios p WHERE p.id = ? AND p.user_id = ? AND p.mode = ?`,
-		portfolioID, o.UserID, o.Mode).Scan(&total)
+		pg.StartingAfter, portfolioID, o.UserID, o.Mode).Scan(&total, &cursor)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, 0, coinpulse.ErrPortfolioNotFound(portfolioID)
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("sqlite: transactions: %w", err)
 	}
-	offset = max(offset, 0)
+	if pg.StartingAfter != 0 && !cursor {
+		return nil, 0, coinpulse.ErrTxCursor(pg.StartingAfter)
+	}
+	offset, limit := max(pg.Offset, 0), pg.Limit
 	if limit < 0 {
 		limit = -1 // SQLite's no limit
 	}
 	txns := []coinpulse.Transaction{}
-	if limit == 0 || offset >= total {
+	if limit == 0 || pg.StartingAfter == 0 && offset >= total {
 		return txns, total, nil
 	}
-	rows, err := db.db.QueryContext(ctx, `
-		SELECT `+txColumns+` FROM portfolio_transactions
-		WHERE portfolio_id = ?
-		ORDER BY executed_at DESC, id DESC
-		LIMIT ? OFFSET ?`,
-		portfolioID, limit, offset)
+	var rows *sql.Rows
+	if pg.StartingAfter != 0 {
+		// After the cursor's (executed_at, id) in the list's order: the
+		// index on (portfolio_id, executed_at DESC, id DESC) serves it.
+		rows, err = db.db.QueryContext(ctx, `
+			SELECT `+txColumns+` FROM portfolio_transactions
+			WHERE portfolio_id = ?1 AND (executed_at, id) <
+				(SELECT executed_at, id FROM portfolio_transactions WHERE id = ?2 AND portfolio_id = ?1)
+			ORDER BY executed_at DESC, id DESC
+			LIMIT ?3`,
+			portfolioID, pg.StartingAfter, limit)
+	} else {
+		rows, err = db.db.QueryContext(ctx, `
+			SELECT `+txColumns+` FROM portfolio_transactions
+			WHERE portfolio_id = ?
+			ORDER BY executed_at DESC, id DESC
+			LIMIT ? OFFSET ?`,
+			portfolioID, limit, offset)
+	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("sqlite: transactions: %w", err)
 	}

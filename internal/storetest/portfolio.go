@@ -93,7 +93,7 @@ func coinTrade(pid int64, coin string, now time.Time) coinpulse.Trade {
 // transactions returns all of a portfolio's transactions, newest first.
 func transactions(t *testing.T, s coinpulse.Store, o coinpulse.Owner, pid int64) []coinpulse.Transaction {
 	t.Helper()
-	txns, total, err := s.Transactions(t.Context(), o, pid, 0, 1000)
+	txns, total, err := s.Transactions(t.Context(), o, pid, coinpulse.TxPage{Limit: 1000})
 	if err != nil {
 		t.Fatalf("Transactions(%d): %v", pid, err)
 	}
@@ -228,7 +228,7 @@ func testPortfolioOwnerScoping(t *testing.T, s coinpulse.Store) {
 			_, _, err = s.Trade(ctx, other, coinpulse.Trade{HoldingID: h.ID, PortfolioID: own.ID, Now: t0.Add(time.Hour)}, ledger.SellFunc(lot("1", "1")))
 			wantCode(t, err, coinpulse.CodeNotFound)
 			wantCode(t, s.DeleteHolding(ctx, other, h.ID), coinpulse.CodeNotFound)
-			_, _, err = s.Transactions(ctx, other, p.ID, 0, 10)
+			_, _, err = s.Transactions(ctx, other, p.ID, coinpulse.TxPage{Limit: 10})
 			wantCode(t, err, coinpulse.CodeNotFound)
 			err = s.RecordValue(ctx, other, p.ID, coinpulse.ValuePoint{At: t0.Add(time.Hour), TotalValue: d("1"), TotalCost: d("1")})
 			wantCode(t, err, coinpulse.CodeNotFound)
@@ -442,7 +442,7 @@ func testDeletePortfolio(t *testing.T, s coinpulse.Store) {
 	wantCode(t, err, coinpulse.CodeNotFound)
 	_, _, err = s.Trade(ctx, o, coinTrade(p.ID, "bitcoin", t0), ledger.BuyFunc(lot("1", "1")))
 	wantCode(t, err, coinpulse.CodeNotFound)
-	_, _, err = s.Transactions(ctx, o, p.ID, 0, 10)
+	_, _, err = s.Transactions(ctx, o, p.ID, coinpulse.TxPage{Limit: 10})
 	wantCode(t, err, coinpulse.CodeNotFound)
 	_, err = s.ValueHistory(ctx, o, p.ID, t0.Add(-time.Hour))
 	wantCode(t, err, coinpulse.CodeNotFound)
@@ -729,7 +729,7 @@ func testTransactionsPaging(t *testing.T, s coinpulse.Store) {
 		{100, 10, []coinpulse.Transaction{}},
 		{0, 0, []coinpulse.Transaction{}},
 	} {
-		got, total, err := s.Transactions(ctx, o, p.ID, tt.offset, tt.limit)
+		got, total, err := s.Transactions(ctx, o, p.ID, coinpulse.TxPage{Offset: tt.offset, Limit: tt.limit})
 		if err != nil {
 			t.Fatalf("Transactions(%d, %d): %v", tt.offset, tt.limit, err)
 		}
@@ -741,9 +741,55 @@ func testTransactionsPaging(t *testing.T, s coinpulse.Store) {
 		}
 	}
 
+	// From a cursor: the transactions after it in the list's order, ties
+	// on executed_at included; a transaction recorded since, newest of
+	// all, does not move the page as it moves an offset.
+	late := lot("7", "10")
+	late.ExecutedAt = t0.Add(5 * time.Hour)
+	_, newest := trade(t, s, o, p.ID, "bitcoin", t0.Add(10*time.Hour), ledger.BuyFunc(late))
+	for _, tt := range []struct {
+		after int64
+		limit int
+		want  []coinpulse.Transaction
+	}{
+		{want[0].ID, 2, want[1:3]},
+		{want[2].ID, 2, want[3:5]}, // all[5], then its tie all[3]
+		{want[3].ID, -1, want[4:]},
+		{want[4].ID, 10, want[5:]},
+		{want[5].ID, 10, []coinpulse.Transaction{}},
+		{newest.ID, 1, want[0:1]},
+		{want[0].ID, 0, []coinpulse.Transaction{}},
+	} {
+		got, total, err := s.Transactions(ctx, o, p.ID, coinpulse.TxPage{StartingAfter: tt.after, Limit: tt.limit})
+		if err != nil {
+			t.Fatalf("Transactions(after %d, %d): %v", tt.after, tt.limit, err)
+		}
+		if total != 7 {
+			t.Errorf("Transactions(after %d, %d) total = %d, want 7", tt.after, tt.limit, total)
+		}
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("Transactions(after %d, %d) mismatch (-want +got):\n%s", tt.after, tt.limit, diff)
+		}
+	}
+	// A cursor from another portfolio, or no transaction at all, is a
+	// validation error naming starting_after; another owner's portfolio
+	// is not found, cursor or not.
+	otherTxs := transactions(t, s, o, other.ID)
+	for _, after := range []int64{otherTxs[0].ID, 1 << 50} {
+		_, _, err := s.Transactions(ctx, o, p.ID, coinpulse.TxPage{StartingAfter: after, Limit: 10})
+		var e *coinpulse.Error
+		if !errors.As(err, &e) || e.Code != coinpulse.CodeValidation || len(e.Details) != 1 || e.Details[0].Field != "starting_after" {
+			t.Errorf("Transactions(after %d) of another portfolio's transaction: %v, want VALIDATION_ERROR on starting_after", after, err)
+		}
+	}
+	stranger := live(newUser(t, s, "oscar-stranger@example.com"))
+	if _, _, err := s.Transactions(ctx, stranger, p.ID, coinpulse.TxPage{StartingAfter: want[0].ID, Limit: 10}); coinpulse.ErrorCode(err) != coinpulse.CodeNotFound {
+		t.Errorf("Transactions of another owner's portfolio from a cursor: %v, want RESOURCE_NOT_FOUND", err)
+	}
+
 	// A portfolio with none.
 	empty := newPortfolio(t, s, o, "Empty")
-	got, total, err := s.Transactions(ctx, o, empty.ID, 0, 10)
+	got, total, err := s.Transactions(ctx, o, empty.ID, coinpulse.TxPage{Limit: 10})
 	if err != nil || total != 0 || got == nil || len(got) != 0 {
 		t.Errorf("Transactions of an empty portfolio = %v, %d, %v; want an empty slice, 0", got, total, err)
 	}
