@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shopspring/decimal"
+
 	"coinpulse"
+	"coinpulse/internal/ledger"
 	"coinpulse/internal/storetest"
 )
 
@@ -160,4 +163,54 @@ func BenchmarkAddAdmitted(b *testing.B) {
 	}
 	defer db.Close()
 	storetest.BenchAddAdmitted(b, db)
+}
+
+// BenchmarkTransactionsDeepPage reads the 50 transactions 9,900 deep in a
+// portfolio of 10,000, by offset and by cursor (starting_after): the
+// offset walks past the 9,900 before, the cursor seeks in the index.
+func BenchmarkTransactionsDeepPage(b *testing.B) {
+	ctx := b.Context()
+	db, err := Open(ctx, filepath.Join(b.TempDir(), "bench.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	u := &coinpulse.User{Email: "trader@example.com"}
+	if err := db.CreateUser(ctx, u); err != nil {
+		b.Fatal(err)
+	}
+	o := coinpulse.Owner{UserID: u.ID, Mode: coinpulse.ModeLive}
+	p := &coinpulse.Portfolio{Owner: o, Name: "deep"}
+	if err := db.CreatePortfolio(ctx, p, -1); err != nil {
+		b.Fatal(err)
+	}
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	lot := ledger.Lot{Quantity: decimal.NewFromInt(1), Price: decimal.NewFromInt(1)}
+	for i := range 10_000 {
+		lot.ExecutedAt = t0.Add(time.Duration(i) * time.Minute)
+		tr := coinpulse.Trade{PortfolioID: p.ID, CoinID: "bitcoin", CoinSymbol: "btc", CoinName: "Bitcoin", Now: t0}
+		if _, _, err := db.Trade(ctx, o, tr, ledger.BuyFunc(lot)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	before, _, err := db.Transactions(ctx, o, p.ID, coinpulse.TxPage{Offset: 9_899, Limit: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name string
+		pg   coinpulse.TxPage
+	}{
+		{"offset", coinpulse.TxPage{Offset: 9_900, Limit: 50}},
+		{"cursor", coinpulse.TxPage{StartingAfter: before[0].ID, Limit: 50}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				txs, _, err := db.Transactions(ctx, o, p.ID, bc.pg)
+				if err != nil || len(txs) != 50 {
+					b.Fatalf("%d transactions, %v", len(txs), err)
+				}
+			}
+		})
+	}
 }
