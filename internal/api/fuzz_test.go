@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,8 +46,34 @@ func FuzzQuery(f *testing.F) {
 	}
 	srv := testServer(&testing.T{})
 	key := proKey(&testing.T{})
+	// And the transactions of a portfolio of the key's, which page by
+	// number and by cursor.
+	call := func(method, target, body string) []byte {
+		req := httptest.NewRequest(method, target, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, req)
+		if rec.Code >= 300 {
+			f.Fatalf("%s %s: %d %s", method, target, rec.Code, rec.Body)
+		}
+		return rec.Body.Bytes()
+	}
+	var created struct {
+		Data struct{ ID int64 } `json:"data"`
+	}
+	if err := json.Unmarshal(call("POST", "/api/v1/portfolio", `{"name":"fuzz"}`), &created); err != nil {
+		f.Fatal(err)
+	}
+	txs := fmt.Sprintf("/api/v1/portfolio/%d", created.Data.ID)
+	for range 3 {
+		call("POST", txs+"/holdings", `{"coin_id":"bitcoin","quantity":1,"buy_price":1}`)
+	}
+	paths := append(slices.Clone(fuzzPaths), txs+"/transactions")
+	for _, q := range []string{"per_page=2&starting_after=1", "page=2&per_page=1", "starting_after=9223372036854775807", "page=1&starting_after=1"} {
+		f.Add(uint8(len(paths)-1), q)
+	}
 	f.Fuzz(func(t *testing.T, path uint8, q string) {
-		target := fuzzPaths[int(path)%len(fuzzPaths)]
+		target := paths[int(path)%len(paths)]
 		if strings.ContainsAny(q, " \t\r\n#") {
 			q = strings.NewReplacer(" ", "%20", "\t", "%09", "\r", "%0D", "\n", "%0A", "#", "%23").Replace(q)
 		}
@@ -82,6 +109,8 @@ func FuzzTradeBodies(f *testing.F) {
 	}{
 		{0, `{"coin_id":"bitcoin","quantity":0.1,"buy_price":100}`},
 		{0, `{"coin_id":"eth","quantity":"2.5","buy_price":"0","notes":"n","executed_at":"2024-02-29T12:00:00Z"}`},
+		{0, `{"coin_id":"eth","quantity":"2.5","buy_price":"0","executed_at":"2024-02-29t12:00:00.5z"}`},
+		{2, `{"portfolio_id":1,"coin_id":"bitcoin","type":"buy","quantity":1,"price":1,"executed_at":"t"}`},
 		{0, `{"coin_id":"bitcoin","quantity":1e-18,"buy_price":999999999999999.999999999999999999}`},
 		{1, `{"quantity":0.05,"sell_price":120}`},
 		{1, `{"quantity":1e308,"sell_price":1}`},
