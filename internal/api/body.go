@@ -269,7 +269,7 @@ func (b *body) executedAt(now time.Time) time.Time {
 		return now
 	}
 	if t.Before(earliestTrade) || t.After(now.Add(clockSkew)) {
-		b.fail("executed_at", "must be between 2009-01-03T00:00:00Z and now")
+		b.fail("executed_at", "must be between 2009-01-03T00:00:00Z and now (5 minutes of clock skew allowed)")
 		return now
 	}
 	return t.UTC()
