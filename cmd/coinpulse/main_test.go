@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -838,5 +839,22 @@ func TestCheckLimiterWarnsOfAnotherLimiter(t *testing.T) {
 		if got, err := store.GetKV(ctx, limiterKey); err != nil || string(got) != c.limiter {
 			t.Errorf("start %d: recorded %q, %v; want %q", i, got, err, c.limiter)
 		}
+	}
+}
+
+// A port in use fails the start before the database is created.
+func TestServePortInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dir := filepath.Join(t.TempDir(), "data")
+	_, _, err = cli(t, nil, "serve", "--addr", ln.Addr().String(), "--data-dir", dir)
+	if err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("serve on a port in use: %v, want address already in use", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the data dir exists after the failed start (%v)", err)
 	}
 }

@@ -252,6 +252,13 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
+	// The address first: a port in use fails the start before the
+	// database is created or migrated.
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close() // the HTTP server's once it serves; closing it again is harmless
 	store, err := openStore(ctx, cfg.db, cfg.dataDir, true)
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "--db ") {
@@ -309,10 +316,6 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	dash.SetOnRevoke(srv.RefreshAuth)
 	dispatcher.SetEntitled(srv.Entitlement)
 
-	ln, err := net.Listen("tcp", cfg.addr)
-	if err != nil {
-		return err
-	}
 	base := "http://" + ln.Addr().String()
 	log.Info("listening", "addr", ln.Addr().String(), "docs", base+"/docs")
 	if cfg.demo {
