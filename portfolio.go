@@ -99,7 +99,24 @@ type Trade struct {
 	CoinID      string
 	CoinSymbol  string
 	CoinName    string
-	Now         time.Time
+	// Now is the trade's time. When zero it is read from Clock (nil: the
+	// store's clock) once the trade holds its portfolio's lock, so that
+	// the trades of a portfolio get times in the order they are applied,
+	// however long each waited for the lock.
+	Now   time.Time
+	Clock func() time.Time
+}
+
+// At returns the trade's time: Now, or else Clock's (else fallback's)
+// time of the call.
+func (t Trade) At(fallback func() time.Time) time.Time {
+	switch {
+	case !t.Now.IsZero():
+		return t.Now
+	case t.Clock != nil:
+		return t.Clock()
+	}
+	return fallback()
 }
 
 // TradeFunc computes a trade from the holding as stored (a Holding with

@@ -251,12 +251,13 @@ var (
 	clockSkew     = 5 * time.Minute
 )
 
-// executedAt reads the optional executed_at timestamp (RFC 3339), now when
-// absent.
+// executedAt reads the optional executed_at timestamp (RFC 3339), no
+// later than now plus the clock skew; the zero time when absent, for the
+// store to take the trade's time (coinpulse.Trade.At).
 func (b *body) executedAt(now time.Time) time.Time {
 	v, present := b.raw("executed_at", false)
 	if !present {
-		return now
+		return time.Time{}
 	}
 	var s string
 	if json.Unmarshal(v, &s) != nil {

@@ -247,7 +247,7 @@ func (s *Server) lot(b *body, priceField string) ledger.Lot {
 	q, _ := b.amount("quantity", true)
 	p, _ := b.amount(priceField, false)
 	notes, _ := b.text("notes", false, 0, maxNotesLen)
-	return ledger.Lot{Quantity: q, Price: p, Notes: notes, ExecutedAt: b.executedAt(s.clock().UTC())}
+	return ledger.Lot{Quantity: q, Price: p, Notes: notes, ExecutedAt: b.executedAt(s.clock().UTC())} // zero: the store's time of the trade
 }
 
 // POST /portfolio/{id}/holdings
@@ -265,7 +265,7 @@ func (s *Server) addHolding(w http.ResponseWriter, r *http.Request) error {
 	if err := b.err(); err != nil {
 		return err
 	}
-	h, _, err := s.store.Trade(r.Context(), owner(w), coinTrade(id, coin, s.clock()), ledger.BuyFunc(lot))
+	h, _, err := s.store.Trade(r.Context(), owner(w), coinTrade(id, coin, s.clock), ledger.BuyFunc(lot))
 	if err != nil {
 		return err
 	}
@@ -273,8 +273,10 @@ func (s *Server) addHolding(w http.ResponseWriter, r *http.Request) error {
 	return writeData(w, http.StatusCreated, viewHolding(&h, snap), &m)
 }
 
-func coinTrade(portfolioID int64, c *coinpulse.CoinDetail, now time.Time) coinpulse.Trade {
-	return coinpulse.Trade{PortfolioID: portfolioID, CoinID: c.ID, CoinSymbol: c.Symbol, CoinName: c.Name, Now: now.UTC()}
+// coinTrade names the holding of c in a portfolio. Its time is read from
+// clock once the trade holds the portfolio's lock (coinpulse.Trade.At).
+func coinTrade(portfolioID int64, c *coinpulse.CoinDetail, clock func() time.Time) coinpulse.Trade {
+	return coinpulse.Trade{PortfolioID: portfolioID, CoinID: c.ID, CoinSymbol: c.Symbol, CoinName: c.Name, Clock: clock}
 }
 
 // tradeView is the data of a sell or a posted transaction: the
@@ -298,7 +300,7 @@ func (s *Server) sellHolding(w http.ResponseWriter, r *http.Request) error {
 	if err := b.err(); err != nil {
 		return err
 	}
-	h, tx, err := s.store.Trade(r.Context(), owner(w), coinpulse.Trade{HoldingID: id, Now: s.clock().UTC()}, ledger.SellFunc(lot))
+	h, tx, err := s.store.Trade(r.Context(), owner(w), coinpulse.Trade{HoldingID: id, Clock: s.clock}, ledger.SellFunc(lot))
 	if err != nil {
 		return err
 	}
@@ -324,7 +326,7 @@ func (s *Server) postTransaction(w http.ResponseWriter, r *http.Request) error {
 	if coinpulse.TxType(typ) == coinpulse.Sell {
 		apply = ledger.SellFunc(lot)
 	}
-	h, tx, err := s.store.Trade(r.Context(), owner(w), coinTrade(pid, coin, s.clock()), apply)
+	h, tx, err := s.store.Trade(r.Context(), owner(w), coinTrade(pid, coin, s.clock), apply)
 	if err != nil {
 		return err
 	}

@@ -281,17 +281,14 @@ func (db *DB) DeletePortfolio(ctx context.Context, o coinpulse.Owner, id int64) 
 // the holding of t.CoinID in t.PortfolioID; when the portfolio holds no
 // such coin apply gets a Holding with ID 0 and zero amounts, and the
 // holding it returns is inserted. The transaction gets the holding's id,
-// CreatedAt t.Now and, when apply left it zero, ExecutedAt t.Now; its
+// CreatedAt the trade's time (t.At, read once the portfolio is locked)
+// and, when apply left it zero, ExecutedAt that time; its
 // realised P/L, if any, is added to the portfolio's, whose UpdatedAt
-// becomes t.Now (times truncated to microseconds in UTC).
+// becomes that time (times truncated to microseconds in UTC).
 //
 // A holding or portfolio the owner does not have is a RESOURCE_NOT_FOUND
 // error; an error from apply is returned unchanged, and nothing is stored.
 func (db *DB) Trade(ctx context.Context, o coinpulse.Owner, t coinpulse.Trade, apply coinpulse.TradeFunc) (coinpulse.Holding, coinpulse.Transaction, error) {
-	if t.Now.IsZero() {
-		t.Now = db.now()
-	}
-	now := truncate(t.Now)
 	var (
 		held coinpulse.Holding
 		rec  coinpulse.Transaction
@@ -301,6 +298,7 @@ func (db *DB) Trade(ctx context.Context, o coinpulse.Owner, t coinpulse.Trade, a
 		if err != nil {
 			return err
 		}
+		now := truncate(t.At(db.now)) // once the portfolio is ours: in the order trades apply
 		h, txn, err := apply(cur)
 		if err != nil {
 			return err

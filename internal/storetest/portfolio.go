@@ -1135,3 +1135,46 @@ func testPortfolioVersion(t *testing.T, s coinpulse.Store) {
 		t.Errorf("PortfolioVersion of another owner: %v, want RESOURCE_NOT_FOUND", err)
 	}
 }
+
+// A trade without a time takes its clock's once it holds the portfolio's
+// lock: concurrent trades on one portfolio, on different holdings too, are
+// listed in the order they were applied (ids and times agree), and a
+// transaction's ExecutedAt is its CreatedAt.
+func testConcurrentTradeTimes(t *testing.T, s coinpulse.Store) {
+	u := newUser(t, s, "ursula@example.com")
+	o := live(u)
+	p := newPortfolio(t, s, o, "Main")
+	coins := []string{"bitcoin", "ethereum", "cardano", "polkadot"}
+	const traders = 24
+	errs := make([]error, traders)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range traders {
+		wg.Go(func() {
+			<-start
+			tr := coinTrade(p.ID, coins[i%len(coins)], time.Time{})
+			tr.Clock = time.Now
+			_, _, errs[i] = s.Trade(t.Context(), o, tr, ledger.BuyFunc(lot("1", "1")))
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("trader %d: %v", i, err)
+		}
+	}
+	txns := transactions(t, s, o, p.ID)
+	if len(txns) != traders {
+		t.Fatalf("%d transactions, want %d", len(txns), traders)
+	}
+	for i, tx := range txns {
+		if !tx.ExecutedAt.Equal(tx.CreatedAt) {
+			t.Errorf("transaction %d: executed at %s, created at %s; want the same time", tx.ID, tx.ExecutedAt, tx.CreatedAt)
+		}
+		if i > 0 && txns[i-1].ID < tx.ID {
+			t.Errorf("transaction %d (%s) is listed after %d (%s): the later trade has the earlier time",
+				tx.ID, tx.ExecutedAt.Format(time.RFC3339Nano), txns[i-1].ID, txns[i-1].ExecutedAt.Format(time.RFC3339Nano))
+		}
+	}
+}

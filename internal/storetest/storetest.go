@@ -69,6 +69,7 @@ func Run(t *testing.T, open func(t *testing.T) coinpulse.Store) {
 		{"Portfolios/TimesUTC", testPortfolioTimes},
 		{"Portfolios/ConcurrentSells", testConcurrentSells},
 		{"Portfolios/ConcurrentFirstBuys", testConcurrentBuys},
+		{"Portfolios/ConcurrentTradeTimes", testConcurrentTradeTimes},
 		{"Usage/RoundTrip", testUsageRoundTrip},
 		{"Usage/RecentNewestFirst", testUsageRecent},
 		{"Usage/RecentByTime", testUsageRecentByTime},
