@@ -115,7 +115,7 @@ func (s *Server) authorizeAt(p *principal, r *http.Request, rt Route, now time.T
 		need = coinpulse.PermWrite
 	}
 	if !p.key.Permissions.Has(need) {
-		return coinpulse.Errorf(coinpulse.CodePermissionDenied, "This key lacks the %s permission that %s %s needs. Create a key with it at /user/api.", need, r.Method, r.URL.Path)
+		return coinpulse.Errorf(coinpulse.CodePermissionDenied, "This key lacks the %s permission that %s needs. Create a key with it at /user/api.", need, routeLabel(rt))
 	}
 	plan, ok := s.planMap()[u.Tier]
 	if !ok {
