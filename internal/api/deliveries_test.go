@@ -396,8 +396,9 @@ func TestDeliveryRetriesExhausted(t *testing.T) {
 		return false
 	})
 	for _, d := range env.deliveries(key, w.ID) {
-		if d.ID == queued.ID && (d.Status != "failed" || d.NextAttemptAt != nil) {
-			t.Errorf("test event to a disabled endpoint: %+v", d)
+		if d.ID == queued.ID && (d.Status != "failed" || d.NextAttemptAt != nil || d.LastError == nil ||
+			!strings.HasSuffix(*d.LastError, "; not retried: the endpoint is disabled")) {
+			t.Errorf("test event to a disabled endpoint: %+v, want failed, not retried, and why", d)
 		}
 	}
 	if got2 := env.webhook(key, w.ID); *got2.DisabledReason != wantReason {

@@ -205,7 +205,8 @@ func (d *Dispatcher) webhook(ctx context.Context, del coinpulse.Delivery) coinpu
 	a := d.sender.Outcome(res, del.Attempts+1, d.clock())
 	if !wh.Enabled { // a test event to a disabled endpoint: no retries, no disabling
 		if a.Status == coinpulse.DeliveryPending {
-			a.Status = coinpulse.DeliveryFailed
+			a.Status, a.NextAttemptAt = coinpulse.DeliveryFailed, time.Time{}
+			a.Error += "; not retried: the endpoint is disabled"
 		}
 		a.DisableEndpoint = ""
 	}
