@@ -1060,6 +1060,7 @@ func TestUsageReport(t *testing.T) {
 			Window    string `json:"window"`
 			Limit     *int64 `json:"limit"`
 			Remaining *int64 `json:"remaining"`
+			ResetsAt  string `json:"resets_at"`
 		} `json:"windows"`
 		Daily []struct {
 			Date  string `json:"date"`
@@ -1079,6 +1080,11 @@ func TestUsageReport(t *testing.T) {
 	}
 	if len(v.Windows) != 3 || *v.Windows[2].Remaining != 10000-3 {
 		t.Errorf("windows %+v", v.Windows)
+	}
+	for _, w := range v.Windows {
+		if _, frac, _ := strings.Cut(strings.TrimSuffix(w.ResetsAt, "Z"), "."); len(frac) > 6 {
+			t.Errorf("%s window resets at %s: finer than the microsecond", w.Window, w.ResetsAt)
+		}
 	}
 	if len(v.Daily) != 30 || v.Daily[29].Calls != 3 || v.Daily[29].Date != srv.clock().Format(time.DateOnly) {
 		t.Errorf("daily: %d entries, last %+v", len(v.Daily), v.Daily[len(v.Daily)-1])

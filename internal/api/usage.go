@@ -147,7 +147,9 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
 				uw.Limit = &st.Limit
 			}
 			if uw.Limit != nil {
-				rem, reset := st.Remaining, st.Reset.UTC()
+				// To the microsecond, as every time the API gives, rounded
+				// up: never before the window is whole.
+				rem, reset := st.Remaining, st.Reset.UTC().Add(time.Microsecond-1).Truncate(time.Microsecond)
 				uw.Remaining, uw.ResetsAt = &rem, &reset
 			}
 			out.Windows = append(out.Windows, uw)
