@@ -155,13 +155,19 @@ func SellFunc(lot Lot) coinpulse.TradeFunc {
 }
 
 // Buy adds lot to h: the quantity grows by lot.Quantity and the cost by
-// lot.Quantity × lot.Price.
+// lot.Quantity × lot.Price. A quantity that would reach 10^15 is a
+// VALIDATION_ERROR on quantity.
 func Buy(h coinpulse.Holding, lot Lot) (coinpulse.Holding, coinpulse.Transaction, error) {
 	if !lot.Quantity.IsPositive() {
 		return h, coinpulse.Transaction{}, coinpulse.ValidationError("quantity", "must be greater than 0")
 	}
 	if lot.Price.IsNegative() {
 		return h, coinpulse.Transaction{}, coinpulse.ValidationError("price", "must not be negative")
+	}
+	if q := h.Quantity.Add(lot.Quantity); q.Cmp(maxAmount) >= 0 {
+		// Each amount sent is under 10^15; so is what a holding holds.
+		return h, coinpulse.Transaction{}, coinpulse.ValidationError("quantity",
+			fmt.Sprintf("would take the holding to %s; a holding holds less than 10^15 (it holds %s)", q.String(), h.Quantity.String()))
 	}
 	total := lot.Quantity.Mul(lot.Price)
 	if lot.Notes != "" {

@@ -135,6 +135,26 @@ func TestSellRefusals(t *testing.T) {
 	}
 }
 
+// A holding holds less than 10^15, as each amount sent is: a buy that
+// would take it there is refused and changes nothing.
+func TestBuyBound(t *testing.T) {
+	h := coinpulse.Holding{ID: 7, CoinID: "bitcoin", Quantity: dec("999999999999999"), TotalCost: dec("10")}
+	got, _, err := Buy(h, lot("0.999999999999999999", "1"))
+	if err != nil || got.Quantity.String() != "999999999999999.999999999999999999" {
+		t.Fatalf("a buy to just under 10^15: %v, %s", err, got.Quantity)
+	}
+	for _, q := range []string{"1", "0.000000000000000001"} {
+		after, _, err := Buy(got, lot(q, "1"))
+		e, ok := err.(*coinpulse.Error)
+		if !ok || e.Code != coinpulse.CodeValidation || e.Details[0].Field != "quantity" {
+			t.Errorf("a buy of %s past 10^15: err %v, want VALIDATION_ERROR on quantity", q, err)
+		}
+		if !after.Quantity.Equal(got.Quantity) || !after.TotalCost.Equal(got.TotalCost) {
+			t.Errorf("a refused buy of %s changed the holding to %+v", q, after)
+		}
+	}
+}
+
 // A cost finer than CostScale never rounds into a negative remainder.
 func TestSellTinyCost(t *testing.T) {
 	h := coinpulse.Holding{ID: 1, Quantity: dec("1"), TotalCost: dec("0.000000000000000000999")}
