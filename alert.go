@@ -2,6 +2,7 @@ package coinpulse
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -195,8 +196,9 @@ type AlertStore interface {
 	// now). With max >= 0 it fails with ErrAlertLimit when the owner
 	// already has max active alerts, atomically.
 	CreateAlert(ctx context.Context, a *Alert, max int) error
-	// Alerts returns the owner's alerts, oldest first.
-	Alerts(ctx context.Context, o Owner) ([]Alert, error)
+	// Alerts returns the owner's alerts pg selects, oldest (by CreatedAt,
+	// then ID) first, and how many alerts pg.Active selects in all.
+	Alerts(ctx context.Context, o Owner, pg AlertPage) ([]Alert, int, error)
 	// Alert returns one alert.
 	Alert(ctx context.Context, o Owner, id int64) (*Alert, error)
 	// ToggleAlert flips IsActive. Enabling re-arms the alert (new ArmedSeq
@@ -258,6 +260,25 @@ type AlertStore interface {
 
 // ErrAlertNotFound is RESOURCE_NOT_FOUND for an alert.
 func ErrAlertNotFound(id int64) error { return Errorf(CodeNotFound, "No alert %d.", id) }
+
+// AlertPage selects from an owner's alerts: those whose IsActive is
+// *Active (all when nil); from the one after StartingAfter's place in the
+// list when it is set (one of the owner's alerts, whatever its state and
+// Active, else ErrAlertCursor); at most Limit of them (negative: no limit).
+type AlertPage struct {
+	Active        *bool
+	StartingAfter int64
+	Limit         int
+}
+
+// AllAlerts selects every alert of an owner.
+var AllAlerts = AlertPage{Limit: -1}
+
+// ErrAlertCursor is the VALIDATION_ERROR of an AlertPage.StartingAfter that
+// names none of the owner's alerts.
+func ErrAlertCursor(id int64) error {
+	return ValidationError("starting_after", fmt.Sprintf("you have no alert %d", id))
+}
 
 // ErrWebhookNotFound is RESOURCE_NOT_FOUND for a webhook endpoint.
 func ErrWebhookNotFound(id int64) error { return Errorf(CodeNotFound, "No webhook endpoint %d.", id) }

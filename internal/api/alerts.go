@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"encoding/json"
+	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -72,20 +73,43 @@ func alertLimit(p *principal, max int) error {
 
 // GET /alerts
 func (s *Server) listAlerts(w http.ResponseWriter, r *http.Request) error {
-	if _, err := parseQuery(r.URL.RawQuery); err != nil {
-		return err
-	}
-	as, err := s.store.Alerts(r.Context(), owner(w))
+	q, err := parseQuery(r.URL.RawQuery, "is_active", "limit", "starting_after")
 	if err != nil {
 		return err
+	}
+	pg := coinpulse.AllAlerts
+	if v, err := q.enum("is_active", "", "true", "false"); err != nil {
+		return err
+	} else if v != "" {
+		active := v == "true"
+		pg.Active = &active
+	}
+	limit, err := q.int("limit", 0, 1, 1000)
+	if err != nil {
+		return err
+	}
+	after, err := q.int("starting_after", 0, 1, math.MaxInt64)
+	if err != nil {
+		return err
+	}
+	pg.StartingAfter = int64(after)
+	if limit > 0 {
+		pg.Limit = limit + 1 // one more says whether more follow
+	}
+	as, total, err := s.store.Alerts(r.Context(), owner(w), pg)
+	if err != nil {
+		return err
+	}
+	more := limit > 0 && len(as) > limit
+	if more {
+		as = as[:limit]
 	}
 	out := make([]alertView, len(as))
 	for i := range as {
 		out[i] = viewAlert(&as[i])
 	}
 	m := s.newMeta(w)
-	n := len(out)
-	m.Total = &n
+	m.Total, m.HasMore = &total, &more
 	return writeData(w, http.StatusOK, out, &m)
 }
 

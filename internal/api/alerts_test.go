@@ -230,6 +230,55 @@ func TestAlertListGetToggleDelete(t *testing.T) {
 	wantError(t, res, http.StatusMethodNotAllowed, coinpulse.CodeMethodNotAllowed)
 }
 
+// GET /alerts pages by cursor (limit, starting_after, meta.has_more) and
+// filters by state (is_active); without them it lists every alert.
+func TestAlertListPaging(t *testing.T) {
+	t.Parallel()
+	env := newAlertEnv(t, alertEnvOptions{})
+	key := env.newKey(coinpulse.TierPro)
+	var all []int64
+	for i := range 5 {
+		all = append(all, env.createAlert(key, fmt.Sprintf(`{"coin_id":"bitcoin","target_price":%d,"condition":"above"}`, 1_000_000+i)).ID)
+	}
+	want[jsonAlert](t, env.toggle(key, all[1]), http.StatusOK) // off
+	ids := func(res *response) []int64 {
+		var out []int64
+		for _, a := range want[[]jsonAlert](t, res, http.StatusOK) {
+			out = append(out, a.ID)
+		}
+		return out
+	}
+	var paged []int64
+	next := "/api/v1/alerts?limit=2"
+	for range 5 {
+		res := do(t, env.srv, "GET", next, key)
+		page := ids(res)
+		paged = append(paged, page...)
+		if res.Meta["total"] != 5.0 {
+			t.Errorf("%s: meta %v, want total 5", next, res.Meta)
+		}
+		if res.Meta["has_more"] != true {
+			break
+		}
+		next = fmt.Sprintf("/api/v1/alerts?limit=2&starting_after=%d", page[len(page)-1])
+	}
+	if !slices.Equal(paged, all) {
+		t.Errorf("paged through %v, want %v", paged, all)
+	}
+	res := do(t, env.srv, "GET", "/api/v1/alerts?is_active=false", key)
+	if got := ids(res); !slices.Equal(got, all[1:2]) || res.Meta["total"] != 1.0 || res.Meta["has_more"] != false {
+		t.Errorf("inactive: %v, meta %v; want [%d], total 1", got, res.Meta, all[1])
+	}
+	res = do(t, env.srv, "GET", fmt.Sprintf("/api/v1/alerts?is_active=true&starting_after=%d", all[1]), key)
+	if got := ids(res); !slices.Equal(got, all[2:]) || res.Meta["total"] != 4.0 {
+		t.Errorf("active after the inactive one: %v, meta %v; want %v, total 4", got, res.Meta, all[2:])
+	}
+	for _, q := range []string{"limit=0", "limit=1001", "is_active=yes", "starting_after=0", "starting_after=999999999", "page=1"} {
+		res := do(t, env.srv, "GET", "/api/v1/alerts?"+q, key)
+		wantError(t, res, http.StatusUnprocessableEntity, coinpulse.CodeValidation)
+	}
+}
+
 func TestAlertOwnerScoping(t *testing.T) {
 	t.Parallel()
 	env := newAlertEnv(t, alertEnvOptions{})

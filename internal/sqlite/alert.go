@@ -173,15 +173,42 @@ func (db *DB) CreateAlert(ctx context.Context, a *coinpulse.Alert, max int) erro
 	return nil
 }
 
-// Alerts returns the owner's alerts, oldest (by CreatedAt, then ID) first;
-// an owner with none gets an empty slice.
-func (db *DB) Alerts(ctx context.Context, o coinpulse.Owner) ([]coinpulse.Alert, error) {
-	as, err := readAlerts(ctx, db.db, `SELECT `+alertColumns+` FROM alerts WHERE user_id = ? AND mode = ? ORDER BY created_at, id`,
-		o.UserID, o.Mode)
+// Alerts returns the owner's alerts pg selects, oldest (by CreatedAt,
+// then ID) first (an empty slice when none), and how many pg.Active
+// selects in all.
+func (db *DB) Alerts(ctx context.Context, o coinpulse.Owner, pg coinpulse.AlertPage) ([]coinpulse.Alert, int, error) {
+	var (
+		total  int
+		cursor bool
+	)
+	err := db.db.QueryRowContext(ctx, `
+		SELECT count(*), EXISTS (SELECT 1 FROM alerts WHERE id = ?1 AND user_id = ?2 AND mode = ?3)
+		FROM alerts WHERE user_id = ?2 AND mode = ?3 AND (?4 IS NULL OR is_active = ?4)`,
+		pg.StartingAfter, o.UserID, o.Mode, pg.Active).Scan(&total, &cursor)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: alerts: %w", err)
+		return nil, 0, fmt.Errorf("sqlite: alerts: %w", err)
 	}
-	return as, nil
+	if pg.StartingAfter != 0 && !cursor {
+		return nil, 0, coinpulse.ErrAlertCursor(pg.StartingAfter)
+	}
+	limit := pg.Limit
+	if limit < 0 {
+		limit = -1 // SQLite's no limit
+	}
+	if limit == 0 {
+		return []coinpulse.Alert{}, total, nil
+	}
+	as, err := readAlerts(ctx, db.db, `
+		SELECT `+alertColumns+` FROM alerts
+		WHERE user_id = ?2 AND mode = ?3 AND (?4 IS NULL OR is_active = ?4)
+			AND (?1 = 0 OR (created_at, id) > (SELECT created_at, id FROM alerts WHERE id = ?1))
+		ORDER BY created_at, id
+		LIMIT ?5`,
+		pg.StartingAfter, o.UserID, o.Mode, pg.Active, limit)
+	if err != nil {
+		return nil, 0, fmt.Errorf("sqlite: alerts: %w", err)
+	}
+	return as, total, nil
 }
 
 // Alert returns the owner's alert id, or a RESOURCE_NOT_FOUND error when

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -336,7 +337,7 @@ func testCreateAlert(t *testing.T, s coinpulse.Store) {
 	// Listed oldest first: b, created now, after a, created at t0; c,
 	// created before t0, first.
 	c := newAlertAt(t, s, o, "solana", "150", coinpulse.Below, false, t0.Add(-time.Hour))
-	list, err := s.Alerts(ctx, o)
+	list, _, err := s.Alerts(ctx, o, coinpulse.AllAlerts)
 	if err != nil {
 		t.Fatalf("Alerts: %v", err)
 	}
@@ -348,7 +349,7 @@ func testCreateAlert(t *testing.T, s coinpulse.Store) {
 	}
 
 	// An owner with none gets an empty list.
-	list, err = s.Alerts(ctx, sandbox(u))
+	list, _, err = s.Alerts(ctx, sandbox(u), coinpulse.AllAlerts)
 	if err != nil || list == nil || len(list) != 0 {
 		t.Errorf("Alerts of an owner with none = %v, %v; want an empty slice", list, err)
 	}
@@ -384,7 +385,7 @@ func testCreateAlertInvalid(t *testing.T, s coinpulse.Store) {
 	a.Owner.UserID += 1000
 	wantCode(t, s.CreateAlert(ctx, a, 10), coinpulse.CodeNotFound)
 	wantCode(t, s.CreateAlert(ctx, a, coinpulse.Unlimited), coinpulse.CodeNotFound)
-	if list, err := s.Alerts(ctx, o); err != nil || len(list) != 0 {
+	if list, _, err := s.Alerts(ctx, o, coinpulse.AllAlerts); err != nil || len(list) != 0 {
 		t.Errorf("Alerts = %v, %v; want none", list, err)
 	}
 	if as, err := s.ArmedAlerts(ctx, time.Time{}, 0, 100); err != nil || len(as) != 0 {
@@ -403,7 +404,7 @@ func testAlertOwnerScoping(t *testing.T, s coinpulse.Store) {
 	for _, other := range []coinpulse.Owner{live(mallory), sandbox(mallory), sandbox(u)} {
 		t.Run(fmt.Sprintf("%d/%s", other.UserID, other.Mode), func(t *testing.T) {
 			own := newAlert(t, s, other, "bitcoin", "70000", coinpulse.Above, true)
-			list, err := s.Alerts(ctx, other)
+			list, _, err := s.Alerts(ctx, other, coinpulse.AllAlerts)
 			if err != nil {
 				t.Fatalf("Alerts: %v", err)
 			}
@@ -457,7 +458,7 @@ func testAlertLimit(t *testing.T, s coinpulse.Store) {
 	}
 	_, err = create(o, 0)
 	wantCode(t, err, coinpulse.CodeAlertLimitReached)
-	if list, err := s.Alerts(ctx, o); err != nil || len(list) != 3 {
+	if list, _, err := s.Alerts(ctx, o, coinpulse.AllAlerts); err != nil || len(list) != 3 {
 		t.Fatalf("Alerts: %d, %v; want 3", len(list), err)
 	}
 
@@ -508,7 +509,7 @@ func testAlertLimit(t *testing.T, s coinpulse.Store) {
 		t.Fatalf("ToggleAlert (enable), unlimited = %v, %v; want it enabled", a, err)
 	}
 	active := 0
-	list, err := s.Alerts(ctx, o)
+	list, _, err := s.Alerts(ctx, o, coinpulse.AllAlerts)
 	if err != nil {
 		t.Fatalf("Alerts: %v", err)
 	}
@@ -589,7 +590,7 @@ func alertLimitConcurrent(t *testing.T, nodes []coinpulse.Store) {
 	if succeeded != limit-1 {
 		t.Errorf("%d of %d concurrent creations and re-enables succeeded, want %d", succeeded, len(errs), limit-1)
 	}
-	list, err := s.Alerts(t.Context(), o)
+	list, _, err := s.Alerts(t.Context(), o, coinpulse.AllAlerts)
 	if err != nil {
 		t.Fatalf("Alerts: %v", err)
 	}
@@ -894,7 +895,7 @@ func fireConcurrent(t *testing.T, nodes []coinpulse.Store) {
 	wg.Wait()
 
 	stored := map[int64]coinpulse.Alert{}
-	list, err := s.Alerts(t.Context(), o)
+	list, _, err := s.Alerts(t.Context(), o, coinpulse.AllAlerts)
 	if err != nil {
 		t.Fatalf("Alerts: %v", err)
 	}
@@ -1785,5 +1786,63 @@ func testFireBeforeArming(t *testing.T, s coinpulse.Store) {
 	}
 	if diff := cmp.Diff(want[0], *getAlert(t, s, o, a.ID)); diff != "" {
 		t.Errorf("stored alert mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// An owner's alerts page by cursor, oldest first (ties on CreatedAt by
+// id), filtered by state; the total counts the filter's alerts in all.
+func testAlertsPaging(t *testing.T, s coinpulse.Store) {
+	ctx := t.Context()
+	u := newUser(t, s, "alert-paging@example.com")
+	o := live(u)
+	var a []coinpulse.Alert
+	for i, at := range []time.Duration{0, time.Hour, time.Hour, 2 * time.Hour, 3 * time.Hour} { // a[1], a[2] tie
+		a = append(a, *newAlertAt(t, s, o, "bitcoin", fmt.Sprint(100+i), coinpulse.Above, false, t0.Add(at)))
+	}
+	for _, i := range []int{1, 3} {
+		off, err := s.ToggleAlert(ctx, o, a[i].ID, -1, t0.Add(4*time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a[i] = *off
+	}
+	ids := func(as []coinpulse.Alert) []int64 {
+		out := []int64{}
+		for _, x := range as {
+			out = append(out, x.ID)
+		}
+		return out
+	}
+	yes, no := true, false
+	for _, tt := range []struct {
+		name  string
+		pg    coinpulse.AlertPage
+		want  []coinpulse.Alert
+		total int
+	}{
+		{"all", coinpulse.AllAlerts, a, 5},
+		{"first two", coinpulse.AlertPage{Limit: 2}, a[:2], 5},
+		{"after the first tie", coinpulse.AlertPage{StartingAfter: a[1].ID, Limit: 2}, a[2:4], 5},
+		{"after the last", coinpulse.AlertPage{StartingAfter: a[4].ID, Limit: -1}, nil, 5},
+		{"active", coinpulse.AlertPage{Active: &yes, Limit: -1}, []coinpulse.Alert{a[0], a[2], a[4]}, 3},
+		{"active after an inactive one", coinpulse.AlertPage{Active: &yes, StartingAfter: a[1].ID, Limit: 1}, a[2:3], 3},
+		{"inactive", coinpulse.AlertPage{Active: &no, Limit: -1}, []coinpulse.Alert{a[1], a[3]}, 2},
+		{"none", coinpulse.AlertPage{Limit: 0}, nil, 5},
+	} {
+		got, total, err := s.Alerts(ctx, o, tt.pg)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if got == nil || total != tt.total || !slices.Equal(ids(got), ids(tt.want)) {
+			t.Errorf("%s: alerts %v (total %d), want %v (total %d)", tt.name, ids(got), total, ids(tt.want), tt.total)
+		}
+	}
+	other := newAlert(t, s, sandbox(u), "bitcoin", "1", coinpulse.Above, false)
+	for _, after := range []int64{other.ID, 1 << 50} {
+		_, _, err := s.Alerts(ctx, o, coinpulse.AlertPage{StartingAfter: after, Limit: 10})
+		var e *coinpulse.Error
+		if !errors.As(err, &e) || e.Code != coinpulse.CodeValidation || len(e.Details) != 1 || e.Details[0].Field != "starting_after" {
+			t.Errorf("a cursor %d not of the owner's alerts: %v, want VALIDATION_ERROR on starting_after", after, err)
+		}
 	}
 }

@@ -92,6 +92,7 @@ func Run(t *testing.T, open func(t *testing.T) coinpulse.Store) {
 		{"Alerts/CreateAndGet", testCreateAlert},
 		{"Alerts/CreateInvalid", testCreateAlertInvalid},
 		{"Alerts/OwnerScoping", testAlertOwnerScoping},
+		{"Alerts/Paging", testAlertsPaging},
 		{"Alerts/Limit", testAlertLimit},
 		{"Alerts/LimitConcurrent", testAlertLimitConcurrent},
 		{"Alerts/ToggleRearms", testToggleRearms},
