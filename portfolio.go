@@ -133,9 +133,10 @@ type PortfolioStore interface {
 	// its ID. With max >= 0 it fails with ErrPortfolioLimit when the owner
 	// already has max portfolios, atomically.
 	CreatePortfolio(ctx context.Context, p *Portfolio, max int) error
-	// Portfolios returns the owner's portfolios, oldest first, each with
-	// its holdings (oldest first).
-	Portfolios(ctx context.Context, o Owner) ([]Portfolio, error)
+	// Portfolios returns the owner's portfolios pg selects, oldest (by
+	// CreatedAt, then ID) first, each with its holdings (oldest first),
+	// and how many portfolios the owner has in all.
+	Portfolios(ctx context.Context, o Owner, pg PortfolioPage) ([]Portfolio, int, error)
 	// Portfolio returns one portfolio with its holdings.
 	Portfolio(ctx context.Context, o Owner, id int64) (*Portfolio, error)
 	// PortfolioVersion returns a portfolio's Version, by one indexed
@@ -163,6 +164,24 @@ type PortfolioStore interface {
 	// ValueHistory returns a portfolio's value points at or after from,
 	// oldest first.
 	ValueHistory(ctx context.Context, o Owner, portfolioID int64, from time.Time) ([]ValuePoint, error)
+}
+
+// PortfolioPage selects from an owner's portfolios: from the one after
+// StartingAfter's place in the list when it is set (one of the owner's
+// portfolios, else ErrPortfolioCursor), at most Limit of them (negative:
+// no limit).
+type PortfolioPage struct {
+	StartingAfter int64
+	Limit         int
+}
+
+// AllPortfolios selects every portfolio of an owner.
+var AllPortfolios = PortfolioPage{Limit: -1}
+
+// ErrPortfolioCursor is the VALIDATION_ERROR of a
+// PortfolioPage.StartingAfter that names none of the owner's portfolios.
+func ErrPortfolioCursor(id int64) error {
+	return ValidationError("starting_after", fmt.Sprintf("you have no portfolio %d", id))
 }
 
 // TxPage selects transactions from a portfolio's list: at most Limit

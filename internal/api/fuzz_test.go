@@ -47,7 +47,7 @@ func FuzzQuery(f *testing.F) {
 	srv := testServer(&testing.T{})
 	key := proKey(&testing.T{})
 	// And the transactions of a portfolio of the key's, which page by
-	// number and by cursor, and its alerts.
+	// number and by cursor, its alerts and its portfolios.
 	call := func(method, target, body string) []byte {
 		req := httptest.NewRequest(method, target, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+key)
@@ -69,11 +69,14 @@ func FuzzQuery(f *testing.F) {
 		call("POST", txs+"/holdings", `{"coin_id":"bitcoin","quantity":1,"buy_price":1}`)
 	}
 	call("POST", "/api/v1/alerts", `{"coin_id":"bitcoin","target_price":1,"condition":"below"}`)
-	paths := append(slices.Clone(fuzzPaths), txs+"/transactions", "/api/v1/alerts")
+	paths := append(slices.Clone(fuzzPaths), txs+"/transactions", "/api/v1/alerts", "/api/v1/portfolio")
 	for _, q := range []string{"per_page=2&starting_after=1", "page=2&per_page=1", "starting_after=9223372036854775807", "page=1&starting_after=1"} {
-		f.Add(uint8(len(paths)-2), q)
+		f.Add(uint8(len(paths)-3), q)
 	}
 	for _, q := range []string{"is_active=true&limit=1", "limit=1000&starting_after=1", "is_active=", "limit=-1"} {
+		f.Add(uint8(len(paths)-2), q)
+	}
+	for _, q := range []string{"limit=1", "limit=100&starting_after=1", "starting_after=", "limit=1e2"} {
 		f.Add(uint8(len(paths)-1), q)
 	}
 	f.Fuzz(func(t *testing.T, path uint8, q string) {

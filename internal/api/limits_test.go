@@ -304,11 +304,11 @@ type failingStore struct {
 	panics bool
 }
 
-func (f failingStore) Portfolios(ctx context.Context, o coinpulse.Owner) ([]coinpulse.Portfolio, error) {
+func (f failingStore) Portfolios(ctx context.Context, o coinpulse.Owner, pg coinpulse.PortfolioPage) ([]coinpulse.Portfolio, int, error) {
 	if f.panics {
 		panic("failingStore: Portfolios")
 	}
-	return nil, errors.New("failingStore: Portfolios")
+	return nil, 0, errors.New("failingStore: Portfolios")
 }
 
 // A live call that fails on our side, with an error or a panic, is given
@@ -402,10 +402,10 @@ type blockedStore struct {
 	open    chan struct{}
 }
 
-func (b blockedStore) Portfolios(ctx context.Context, o coinpulse.Owner) ([]coinpulse.Portfolio, error) {
+func (b blockedStore) Portfolios(ctx context.Context, o coinpulse.Owner, pg coinpulse.PortfolioPage) ([]coinpulse.Portfolio, int, error) {
 	b.entered <- struct{}{}
 	<-b.open
-	return b.Store.Portfolios(ctx, o)
+	return b.Store.Portfolios(ctx, o, pg)
 }
 
 // A call admitted to the plan is counted in the store while it is still

@@ -60,12 +60,30 @@ func (s *Server) pricedMeta(w http.ResponseWriter, snap *market.Snapshot) Meta {
 
 // GET /portfolio
 func (s *Server) listPortfolios(w http.ResponseWriter, r *http.Request) error {
-	if _, err := parseQuery(r.URL.RawQuery); err != nil {
-		return err
-	}
-	ps, err := s.store.Portfolios(r.Context(), owner(w))
+	q, err := parseQuery(r.URL.RawQuery, "limit", "starting_after")
 	if err != nil {
 		return err
+	}
+	limit, err := q.int("limit", 0, 1, 100)
+	if err != nil {
+		return err
+	}
+	after, err := q.int("starting_after", 0, 1, math.MaxInt64)
+	if err != nil {
+		return err
+	}
+	pg := coinpulse.AllPortfolios
+	pg.StartingAfter = int64(after)
+	if limit > 0 {
+		pg.Limit = limit + 1 // one more says whether more follow
+	}
+	ps, total, err := s.store.Portfolios(r.Context(), owner(w), pg)
+	if err != nil {
+		return err
+	}
+	more := limit > 0 && len(ps) > limit
+	if more {
+		ps = ps[:limit]
 	}
 	snap := s.market.Current()
 	out := make([]portfolioView, len(ps))
@@ -73,8 +91,7 @@ func (s *Server) listPortfolios(w http.ResponseWriter, r *http.Request) error {
 		out[i] = viewPortfolio(&ps[i], snap)
 	}
 	m := s.pricedMeta(w, snap)
-	n := len(out)
-	m.Total = &n
+	m.Total, m.HasMore = &total, &more
 	return writeData(w, http.StatusOK, out, &m)
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -352,6 +353,41 @@ func TestTransactionsCursor(t *testing.T) {
 	res := do(t, srv, "GET", fmt.Sprintf("%s/transactions?starting_after=%d", base, last[len(last)-1].ID), key)
 	if txs := want[[]jsonTransaction](t, res, http.StatusOK); len(txs) != 0 || res.Meta["has_more"] != false {
 		t.Errorf("after the oldest: %d transactions, meta %v; want none and has_more false", len(txs), res.Meta)
+	}
+}
+
+// GET /portfolio pages by cursor (limit, starting_after, meta.has_more);
+// without them it lists every portfolio.
+func TestPortfolioListPaging(t *testing.T) {
+	t.Parallel()
+	srv := testServer(t)
+	key := proKey(t)
+	var all []int64
+	for i := range 3 {
+		all = append(all, newPortfolio(t, srv, key, fmt.Sprint("P", i)).ID)
+	}
+	ids := func(res *response) []int64 {
+		var out []int64
+		for _, p := range want[[]jsonPortfolio](t, res, http.StatusOK) {
+			out = append(out, p.ID)
+		}
+		return out
+	}
+	res := do(t, srv, "GET", "/api/v1/portfolio?limit=2", key)
+	first := ids(res)
+	if len(first) != 2 || res.Meta["has_more"] != true || res.Meta["total"] != 3.0 {
+		t.Fatalf("first page %v, meta %v; want 2 of 3 and more", first, res.Meta)
+	}
+	res = do(t, srv, "GET", fmt.Sprintf("/api/v1/portfolio?limit=2&starting_after=%d", first[1]), key)
+	if got := append(first, ids(res)...); !slices.Equal(got, all) || res.Meta["has_more"] != false {
+		t.Errorf("paged through %v (meta %v), want %v", got, res.Meta, all)
+	}
+	res = do(t, srv, "GET", "/api/v1/portfolio", key)
+	if got := ids(res); !slices.Equal(got, all) || res.Meta["has_more"] != false || res.Meta["total"] != 3.0 {
+		t.Errorf("every portfolio: %v, meta %v; want %v", got, res.Meta, all)
+	}
+	for _, q := range []string{"limit=0", "limit=101", "starting_after=0", "starting_after=999999999", "page=1"} {
+		wantError(t, do(t, srv, "GET", "/api/v1/portfolio?"+q, key), http.StatusUnprocessableEntity, coinpulse.CodeValidation)
 	}
 }
 

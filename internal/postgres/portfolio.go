@@ -117,15 +117,34 @@ func (db *DB) CreatePortfolio(ctx context.Context, p *coinpulse.Portfolio, max i
 	})
 }
 
-// Portfolios returns the owner's portfolios, oldest first, each with its
-// holdings, oldest first; an owner with none gets an empty slice. It reads
-// them in one statement. It returns the database's error, if any.
-func (db *DB) Portfolios(ctx context.Context, o coinpulse.Owner) ([]coinpulse.Portfolio, error) {
-	ps, err := readPortfolios(ctx, db.pool, o, 0)
+// Portfolios returns the owner's portfolios pg selects, oldest first,
+// each with its holdings, oldest first (an empty slice when none), and how
+// many the owner has in all: the count, then the page in one statement
+// that joins portfolios and holdings. It returns the database's error, if
+// any.
+func (db *DB) Portfolios(ctx context.Context, o coinpulse.Owner, pg coinpulse.PortfolioPage) ([]coinpulse.Portfolio, int, error) {
+	var (
+		total  int
+		cursor bool
+	)
+	err := db.pool.QueryRow(ctx, `
+		SELECT count(*), EXISTS (SELECT 1 FROM portfolios WHERE id = $1 AND user_id = $2 AND mode = $3)
+		FROM portfolios WHERE user_id = $2 AND mode = $3`,
+		pg.StartingAfter, o.UserID, o.Mode).Scan(&total, &cursor)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: portfolios: %w", err)
+		return nil, 0, fmt.Errorf("postgres: portfolios: %w", err)
 	}
-	return ps, nil
+	if pg.StartingAfter != 0 && !cursor {
+		return nil, 0, coinpulse.ErrPortfolioCursor(pg.StartingAfter)
+	}
+	if pg.Limit == 0 {
+		return []coinpulse.Portfolio{}, total, nil
+	}
+	ps, err := readPortfolios(ctx, db.pool, o, 0, pg)
+	if err != nil {
+		return nil, 0, fmt.Errorf("postgres: portfolios: %w", err)
+	}
+	return ps, total, nil
 }
 
 // Portfolio returns the owner's portfolio id with its holdings, oldest
@@ -137,7 +156,7 @@ func (db *DB) Portfolio(ctx context.Context, o coinpulse.Owner, id int64) (*coin
 
 // portfolioByID is Portfolio on q.
 func portfolioByID(ctx context.Context, q querier, o coinpulse.Owner, id int64) (*coinpulse.Portfolio, error) {
-	ps, err := readPortfolios(ctx, q, o, id)
+	ps, err := readPortfolios(ctx, q, o, id, coinpulse.AllPortfolios)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: portfolio %d: %w", id, err)
 	}
@@ -147,18 +166,28 @@ func portfolioByID(ctx context.Context, q querier, o coinpulse.Owner, id int64) 
 	return &ps[0], nil
 }
 
-// readPortfolios returns the owner's portfolios (only portfolio id when id
-// is not 0) with their holdings, by one query that joins the two.
-func readPortfolios(ctx context.Context, q querier, o coinpulse.Owner, id int64) ([]coinpulse.Portfolio, error) {
+// readPortfolios returns the owner's portfolios pg selects (only portfolio
+// id when id is not 0) with their holdings, by one query that joins the
+// two; pg.StartingAfter names one of the owner's portfolios.
+func readPortfolios(ctx context.Context, q querier, o coinpulse.Owner, id int64, pg coinpulse.PortfolioPage) ([]coinpulse.Portfolio, error) {
+	var lim *int // NULL: no limit
+	if pg.Limit >= 0 {
+		lim = &pg.Limit
+	}
 	rows, err := q.Query(ctx, `
 		SELECT p.id, p.name, p.description, p.realized_pl::text, p.created_at, p.updated_at, p.synced_at, p.version,
 			h.id, h.coin_id, h.coin_symbol, h.coin_name, h.quantity::text, h.total_cost::text, h.notes,
 			h.created_at, h.updated_at
-		FROM portfolios p
+		FROM (
+			SELECT * FROM portfolios
+			WHERE user_id = $1 AND mode = $2 AND ($3::bigint = 0 OR id = $3)
+				AND ($4::bigint = 0 OR (created_at, id) > (SELECT created_at, id FROM portfolios WHERE id = $4))
+			ORDER BY created_at, id
+			LIMIT $5
+		) p
 		LEFT JOIN holdings h ON h.portfolio_id = p.id
-		WHERE p.user_id = $1 AND p.mode = $2 AND ($3::bigint = 0 OR p.id = $3)
 		ORDER BY p.created_at, p.id, h.id`,
-		o.UserID, o.Mode, id)
+		o.UserID, o.Mode, id, pg.StartingAfter, lim)
 	if err != nil {
 		return nil, err
 	}

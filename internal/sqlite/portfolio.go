@@ -110,15 +110,34 @@ func (db *DB) CreatePortfolio(ctx context.Context, p *coinpulse.Portfolio, max i
 	})
 }
 
-// Portfolios returns the owner's portfolios, oldest first, each with its
-// holdings, oldest first; an owner with none gets an empty slice. It reads
-// them in one statement. It returns the database's error, if any.
-func (db *DB) Portfolios(ctx context.Context, o coinpulse.Owner) ([]coinpulse.Portfolio, error) {
-	ps, err := readPortfolios(ctx, db.db, o, 0)
+// Portfolios returns the owner's portfolios pg selects, oldest first,
+// each with its holdings, oldest first (an empty slice when none), and how
+// many the owner has in all: the count, then the page in one statement
+// that joins portfolios and holdings. It returns the database's error, if
+// any.
+func (db *DB) Portfolios(ctx context.Context, o coinpulse.Owner, pg coinpulse.PortfolioPage) ([]coinpulse.Portfolio, int, error) {
+	var (
+		total  int
+		cursor bool
+	)
+	err := db.db.QueryRowContext(ctx, `
+		SELECT count(*), EXISTS (SELECT 1 FROM portfolios WHERE id = ?1 AND user_id = ?2 AND mode = ?3)
+		FROM portfolios WHERE user_id = ?2 AND mode = ?3`,
+		pg.StartingAfter, o.UserID, o.Mode).Scan(&total, &cursor)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: portfolios: %w", err)
+		return nil, 0, fmt.Errorf("sqlite: portfolios: %w", err)
 	}
-	return ps, nil
+	if pg.StartingAfter != 0 && !cursor {
+		return nil, 0, coinpulse.ErrPortfolioCursor(pg.StartingAfter)
+	}
+	if pg.Limit == 0 {
+		return []coinpulse.Portfolio{}, total, nil
+	}
+	ps, err := readPortfolios(ctx, db.db, o, 0, pg)
+	if err != nil {
+		return nil, 0, fmt.Errorf("sqlite: portfolios: %w", err)
+	}
+	return ps, total, nil
 }
 
 // Portfolio returns the owner's portfolio id with its holdings, oldest
@@ -130,7 +149,7 @@ func (db *DB) Portfolio(ctx context.Context, o coinpulse.Owner, id int64) (*coin
 
 // portfolioByID is Portfolio on q.
 func portfolioByID(ctx context.Context, q querier, o coinpulse.Owner, id int64) (*coinpulse.Portfolio, error) {
-	ps, err := readPortfolios(ctx, q, o, id)
+	ps, err := readPortfolios(ctx, q, o, id, coinpulse.AllPortfolios)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: portfolio %d: %w", id, err)
 	}
@@ -142,17 +161,27 @@ func portfolioByID(ctx context.Context, q querier, o coinpulse.Owner, id int64) 
 
 const holdingColumns = `id, portfolio_id, coin_id, coin_symbol, coin_name, quantity, total_cost, notes, created_at, updated_at`
 
-// readPortfolios returns the owner's portfolios (only portfolio id when id
-// is not 0) with their holdings, by one query that joins the two.
-func readPortfolios(ctx context.Context, q querier, o coinpulse.Owner, id int64) ([]coinpulse.Portfolio, error) {
+// readPortfolios returns the owner's portfolios pg selects (only portfolio
+// id when id is not 0) with their holdings, by one query that joins the
+// two; pg.StartingAfter names one of the owner's portfolios.
+func readPortfolios(ctx context.Context, q querier, o coinpulse.Owner, id int64, pg coinpulse.PortfolioPage) ([]coinpulse.Portfolio, error) {
+	limit := pg.Limit
+	if limit < 0 {
+		limit = -1 // SQLite's no limit
+	}
 	rows, err := q.QueryContext(ctx, `
 		SELECT p.id, p.name, p.description, p.realized_pl, p.created_at, p.updated_at, p.synced_at, p.version,
 			h.id, h.coin_id, h.coin_symbol, h.coin_name, h.quantity, h.total_cost, h.notes, h.created_at, h.updated_at
-		FROM portfolios p
+		FROM (
+			SELECT * FROM portfolios
+			WHERE user_id = ?1 AND mode = ?2 AND (?3 = 0 OR id = ?3)
+				AND (?4 = 0 OR (created_at, id) > (SELECT created_at, id FROM portfolios WHERE id = ?4))
+			ORDER BY created_at, id
+			LIMIT ?5
+		) p
 		LEFT JOIN holdings h ON h.portfolio_id = p.id
-		WHERE p.user_id = ? AND p.mode = ? AND (? = 0 OR p.id = ?)
 		ORDER BY p.created_at, p.id, h.id`,
-		o.UserID, o.Mode, id, id)
+		o.UserID, o.Mode, id, pg.StartingAfter, limit)
 	if err != nil {
 		return nil, err
 	}

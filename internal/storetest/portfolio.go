@@ -162,7 +162,7 @@ func testCreatePortfolio(t *testing.T, s coinpulse.Store) {
 	if diff := cmp.Diff([]coinpulse.Holding{sol}, gotQ.Holdings); diff != "" {
 		t.Errorf("Portfolio holdings mismatch (-want +got):\n%s", diff)
 	}
-	list, err := s.Portfolios(ctx, o)
+	list, _, err := s.Portfolios(ctx, o, coinpulse.AllPortfolios)
 	if err != nil {
 		t.Fatalf("Portfolios: %v", err)
 	}
@@ -174,7 +174,7 @@ func testCreatePortfolio(t *testing.T, s coinpulse.Store) {
 	}
 
 	// An owner with none gets an empty list.
-	list, err = s.Portfolios(ctx, sandbox(u))
+	list, _, err = s.Portfolios(ctx, sandbox(u), coinpulse.AllPortfolios)
 	if err != nil || list == nil || len(list) != 0 {
 		t.Errorf("Portfolios of an owner with none = %v, %v; want an empty slice", list, err)
 	}
@@ -187,7 +187,7 @@ func testCreatePortfolioInvalid(t *testing.T, s coinpulse.Store) {
 	wantCode(t, err, coinpulse.CodeValidation)
 	err = s.CreatePortfolio(ctx, &coinpulse.Portfolio{Owner: coinpulse.Owner{UserID: u.ID + 1000, Mode: coinpulse.ModeLive}, Name: "x"}, 5)
 	wantCode(t, err, coinpulse.CodeNotFound)
-	if list, err := s.Portfolios(ctx, live(u)); err != nil || len(list) != 0 {
+	if list, _, err := s.Portfolios(ctx, live(u), coinpulse.AllPortfolios); err != nil || len(list) != 0 {
 		t.Errorf("Portfolios = %v, %v; want none", list, err)
 	}
 }
@@ -209,7 +209,7 @@ func testPortfolioOwnerScoping(t *testing.T, s coinpulse.Store) {
 		t.Run(fmt.Sprintf("%d/%s", other.UserID, other.Mode), func(t *testing.T) {
 			// Each has a portfolio of its own, which must not reveal u's.
 			own := newPortfolio(t, s, other, "Own")
-			list, err := s.Portfolios(ctx, other)
+			list, _, err := s.Portfolios(ctx, other, coinpulse.AllPortfolios)
 			if err != nil {
 				t.Fatalf("Portfolios: %v", err)
 			}
@@ -249,7 +249,7 @@ func testPortfolioOwnerScoping(t *testing.T, s coinpulse.Store) {
 	if err != nil || len(points) != 1 {
 		t.Errorf("ValueHistory = %v, %v; want the one point", points, err)
 	}
-	if list, err := s.Portfolios(ctx, o); err != nil || len(list) != 1 {
+	if list, _, err := s.Portfolios(ctx, o, coinpulse.AllPortfolios); err != nil || len(list) != 1 {
 		t.Errorf("Portfolios = %v, %v; want one portfolio", list, err)
 	}
 
@@ -283,7 +283,7 @@ func testPortfolioLimit(t *testing.T, s coinpulse.Store) {
 		t.Errorf("message = %q, want it to name the limit", msg)
 	}
 	wantCode(t, create(o, 0), coinpulse.CodePortfolioLimitReached)
-	if list, err := s.Portfolios(ctx, o); err != nil || len(list) != 3 {
+	if list, _, err := s.Portfolios(ctx, o, coinpulse.AllPortfolios); err != nil || len(list) != 3 {
 		t.Fatalf("Portfolios: %d, %v; want 3", len(list), err)
 	}
 
@@ -308,7 +308,7 @@ func testPortfolioLimit(t *testing.T, s coinpulse.Store) {
 	wantCode(t, create(o, 9), coinpulse.CodePortfolioLimitReached)
 
 	// Deleting one makes room.
-	list, err := s.Portfolios(ctx, o)
+	list, _, err := s.Portfolios(ctx, o, coinpulse.AllPortfolios)
 	if err != nil {
 		t.Fatalf("Portfolios: %v", err)
 	}
@@ -373,7 +373,7 @@ func testPortfolioLimitConcurrent(t *testing.T, s coinpulse.Store) {
 	if created != limit {
 		t.Errorf("%d of %d concurrent CreatePortfolio calls succeeded, want %d", created, n, limit)
 	}
-	list, err := s.Portfolios(t.Context(), live(u))
+	list, _, err := s.Portfolios(t.Context(), live(u), coinpulse.AllPortfolios)
 	if err != nil {
 		t.Fatalf("Portfolios: %v", err)
 	}
@@ -448,7 +448,7 @@ func testDeletePortfolio(t *testing.T, s coinpulse.Store) {
 	wantCode(t, err, coinpulse.CodeNotFound)
 
 	// The other portfolio is whole.
-	list, err := s.Portfolios(ctx, o)
+	list, _, err := s.Portfolios(ctx, o, coinpulse.AllPortfolios)
 	if err != nil {
 		t.Fatalf("Portfolios: %v", err)
 	}
@@ -1175,6 +1175,57 @@ func testConcurrentTradeTimes(t *testing.T, s coinpulse.Store) {
 		if i > 0 && txns[i-1].ID < tx.ID {
 			t.Errorf("transaction %d (%s) is listed after %d (%s): the later trade has the earlier time",
 				tx.ID, tx.ExecutedAt.Format(time.RFC3339Nano), txns[i-1].ID, txns[i-1].ExecutedAt.Format(time.RFC3339Nano))
+		}
+	}
+}
+
+// An owner's portfolios page by cursor, oldest first (all created at t0
+// here: by id), each with all its holdings: the limit counts portfolios,
+// not the rows the join makes of their holdings.
+func testPortfoliosPaging(t *testing.T, s coinpulse.Store) {
+	ctx := t.Context()
+	u := newUser(t, s, "portfolio-paging@example.com")
+	o := live(u)
+	var ps []*coinpulse.Portfolio
+	for i := range 4 {
+		ps = append(ps, newPortfolio(t, s, o, fmt.Sprint("P", i)))
+	}
+	for _, coin := range []string{"bitcoin", "ethereum", "cardano"} {
+		trade(t, s, o, ps[1].ID, coin, t0, ledger.BuyFunc(lot("1", "1")))
+	}
+	summary := func(list []coinpulse.Portfolio) string {
+		var b strings.Builder
+		for _, p := range list {
+			fmt.Fprintf(&b, "%s:%d ", p.Name, len(p.Holdings))
+		}
+		return b.String()
+	}
+	for _, tt := range []struct {
+		name string
+		pg   coinpulse.PortfolioPage
+		want string
+	}{
+		{"all", coinpulse.AllPortfolios, "P0:0 P1:3 P2:0 P3:0 "},
+		{"first two", coinpulse.PortfolioPage{Limit: 2}, "P0:0 P1:3 "},
+		{"after the first", coinpulse.PortfolioPage{StartingAfter: ps[0].ID, Limit: 1}, "P1:3 "},
+		{"after the second", coinpulse.PortfolioPage{StartingAfter: ps[1].ID, Limit: -1}, "P2:0 P3:0 "},
+		{"after the last", coinpulse.PortfolioPage{StartingAfter: ps[3].ID, Limit: 5}, ""},
+		{"none", coinpulse.PortfolioPage{Limit: 0}, ""},
+	} {
+		got, total, err := s.Portfolios(ctx, o, tt.pg)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if got == nil || total != 4 || summary(got) != tt.want {
+			t.Errorf("%s: %q (total %d), want %q (total 4)", tt.name, summary(got), total, tt.want)
+		}
+	}
+	other := newPortfolio(t, s, sandbox(u), "other")
+	for _, after := range []int64{other.ID, 1 << 50} {
+		_, _, err := s.Portfolios(ctx, o, coinpulse.PortfolioPage{StartingAfter: after, Limit: 10})
+		var e *coinpulse.Error
+		if !errors.As(err, &e) || e.Code != coinpulse.CodeValidation || len(e.Details) != 1 || e.Details[0].Field != "starting_after" {
+			t.Errorf("a cursor %d not of the owner's portfolios: %v, want VALIDATION_ERROR on starting_after", after, err)
 		}
 	}
 }

@@ -51,6 +51,7 @@ func Run(t *testing.T, open func(t *testing.T) coinpulse.Store) {
 		{"History/Invalid", testHistoryInvalid},
 		{"KV", testKV},
 		{"Portfolios/CreateAndGet", testCreatePortfolio},
+		{"Portfolios/Paging", testPortfoliosPaging},
 		{"Portfolios/CreateInvalid", testCreatePortfolioInvalid},
 		{"Portfolios/Version", testPortfolioVersion},
 		{"Portfolios/OwnerScoping", testPortfolioOwnerScoping},
