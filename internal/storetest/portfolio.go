@@ -717,6 +717,19 @@ func testTransactionsPaging(t *testing.T, s coinpulse.Store) {
 	if diff := cmp.Diff(want, transactions(t, s, o, p.ID)); diff != "" {
 		t.Errorf("Transactions mismatch (-want +got):\n%s", diff)
 	}
+	page := func(pg coinpulse.TxPage, want []coinpulse.Transaction, total int) {
+		t.Helper()
+		got, n, err := s.Transactions(ctx, o, p.ID, pg)
+		if err != nil {
+			t.Fatalf("Transactions(%+v): %v", pg, err)
+		}
+		if n != total {
+			t.Errorf("Transactions(%+v) total = %d, want %d", pg, n, total)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("Transactions(%+v) mismatch (-want +got):\n%s", pg, diff)
+		}
+	}
 	for _, tt := range []struct {
 		offset, limit int
 		want          []coinpulse.Transaction
@@ -729,16 +742,7 @@ func testTransactionsPaging(t *testing.T, s coinpulse.Store) {
 		{100, 10, []coinpulse.Transaction{}},
 		{0, 0, []coinpulse.Transaction{}},
 	} {
-		got, total, err := s.Transactions(ctx, o, p.ID, coinpulse.TxPage{Offset: tt.offset, Limit: tt.limit})
-		if err != nil {
-			t.Fatalf("Transactions(%d, %d): %v", tt.offset, tt.limit, err)
-		}
-		if total != 6 {
-			t.Errorf("Transactions(%d, %d) total = %d, want 6", tt.offset, tt.limit, total)
-		}
-		if diff := cmp.Diff(tt.want, got); diff != "" {
-			t.Errorf("Transactions(%d, %d) mismatch (-want +got):\n%s", tt.offset, tt.limit, diff)
-		}
+		page(coinpulse.TxPage{Offset: tt.offset, Limit: tt.limit}, tt.want, 6)
 	}
 
 	// From a cursor: the transactions after it in the list's order, ties
@@ -760,16 +764,7 @@ func testTransactionsPaging(t *testing.T, s coinpulse.Store) {
 		{newest.ID, 1, want[0:1]},
 		{want[0].ID, 0, []coinpulse.Transaction{}},
 	} {
-		got, total, err := s.Transactions(ctx, o, p.ID, coinpulse.TxPage{StartingAfter: tt.after, Limit: tt.limit})
-		if err != nil {
-			t.Fatalf("Transactions(after %d, %d): %v", tt.after, tt.limit, err)
-		}
-		if total != 7 {
-			t.Errorf("Transactions(after %d, %d) total = %d, want 7", tt.after, tt.limit, total)
-		}
-		if diff := cmp.Diff(tt.want, got); diff != "" {
-			t.Errorf("Transactions(after %d, %d) mismatch (-want +got):\n%s", tt.after, tt.limit, diff)
-		}
+		page(coinpulse.TxPage{StartingAfter: tt.after, Limit: tt.limit}, tt.want, 7)
 	}
 	// A cursor from another portfolio, or no transaction at all, is a
 	// validation error naming starting_after; another owner's portfolio
