@@ -264,7 +264,9 @@ func (s *Server) lot(b *body, priceField string) ledger.Lot {
 	q, _ := b.amount("quantity", true)
 	p, _ := b.amount(priceField, false)
 	notes, _ := b.text("notes", false, 0, maxNotesLen)
-	return ledger.Lot{Quantity: q, Price: p, Notes: notes, ExecutedAt: b.executedAt(s.clock().UTC())} // zero: the store's time of the trade
+	// ExecutedAt is zero when the body has none: the store then gives the
+	// trade its time once it holds the portfolio's lock (Trade.At).
+	return ledger.Lot{Quantity: q, Price: p, Notes: notes, ExecutedAt: b.executedAt(s.clock().UTC())}
 }
 
 // POST /portfolio/{id}/holdings
