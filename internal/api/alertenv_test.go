@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -483,4 +484,21 @@ func jsonObject(tb testing.TB, b []byte) map[string]any {
 		tb.Fatalf("not a JSON object: %v\n%s", err, b)
 	}
 	return m
+}
+
+// probedUsers is a store whose UserByID counts its reads, and fails while
+// fail is set (the database out of reach), counting those failures.
+type probedUsers struct {
+	coinpulse.Store
+	fail          atomic.Bool
+	reads, failed atomic.Int64
+}
+
+func (p *probedUsers) UserByID(ctx context.Context, id int64) (*coinpulse.User, error) {
+	p.reads.Add(1)
+	if p.fail.Load() {
+		p.failed.Add(1)
+		return nil, errors.New("database unreachable (test)")
+	}
+	return p.Store.UserByID(ctx, id)
 }

@@ -2,7 +2,6 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"log"
@@ -14,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -571,17 +569,6 @@ func (e *alertEnv) waitFailedUnsent(userID, webhookID int64, lastError string) {
 	})
 }
 
-// countingUsers counts UserByID's reads.
-type countingUsers struct {
-	coinpulse.Store
-	reads atomic.Int64
-}
-
-func (c *countingUsers) UserByID(ctx context.Context, id int64) (*coinpulse.User, error) {
-	c.reads.Add(1)
-	return c.Store.UserByID(ctx, id)
-}
-
 // Entitlement reads an account once while nothing that could change its
 // answer happens: a tier change (the auth epoch), new plans, or its
 // subscription's expiry. A plan with every endpoint but no active alerts
@@ -589,7 +576,7 @@ func (c *countingUsers) UserByID(ctx context.Context, id int64) (*coinpulse.User
 func TestEntitlementCached(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
-	users := &countingUsers{}
+	users := &probedUsers{}
 	env := newAlertEnv(t, alertEnvOptions{clock: clock, wrapStore: func(s coinpulse.Store) coinpulse.Store {
 		users.Store = s
 		return users

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -632,31 +631,13 @@ func TestSetPlansClosesStreams(t *testing.T) {
 	ent.quiet("a tier the new plans leave its streams")
 }
 
-// A stream ends when its subscription or its key expires, within about a
-// second, saying which; one whose subscription was renewed goes on.
-// failingUsers is a store whose UserByID fails while fail is set: the
-// database out of reach.
-type failingUsers struct {
-	coinpulse.Store
-	fail  atomic.Bool
-	calls atomic.Int64 // failed calls
-}
-
-func (f *failingUsers) UserByID(ctx context.Context, id int64) (*coinpulse.User, error) {
-	if f.fail.Load() {
-		f.calls.Add(1)
-		return nil, errors.New("database unreachable (test)")
-	}
-	return f.Store.UserByID(ctx, id)
-}
-
 // A stream whose subscription lapses while the database is out of reach
 // stays open meanwhile (the recheck fails), and is closed once a recheck,
 // tried again every second, gets through.
 func TestWSLapseRecheckedAfterAStoreFailure(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
-	store := &failingUsers{}
+	store := &probedUsers{}
 	env := newAlertEnv(t, alertEnvOptions{clock: clock, wrapStore: func(s coinpulse.Store) coinpulse.Store {
 		store.Store = s
 		return store
@@ -673,7 +654,7 @@ func TestWSLapseRecheckedAfterAStoreFailure(t *testing.T) {
 	store.fail.Store(true)
 	clock.Advance(time.Hour)
 	deadline := time.Now().Add(10 * time.Second)
-	for store.calls.Load() == 0 {
+	for store.failed.Load() == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("no recheck in 10 s after the subscription lapsed")
 		}
@@ -688,6 +669,8 @@ func TestWSLapseRecheckedAfterAStoreFailure(t *testing.T) {
 	c.closedFor("once the database answers again", coinpulse.CodeExpiredSubscription, "subscription expired")
 }
 
+// A stream ends when its subscription or its key expires, within about a
+// second, saying which; one whose subscription was renewed goes on.
 func TestWSClosedWhenItLapses(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
