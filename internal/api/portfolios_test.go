@@ -511,6 +511,13 @@ func TestPortfolioAccess(t *testing.T) {
 		want[jsonPortfolio](t, do(t, srv, "GET", url, readOnly), http.StatusOK)
 		wantError(t, send(t, srv, "POST", "/api/v1/portfolio", readOnly, `{"name":"x"}`), http.StatusForbidden, coinpulse.CodePermissionDenied)
 		wantError(t, do(t, srv, "DELETE", url, readOnly), http.StatusForbidden, coinpulse.CodePermissionDenied)
+		// The message names the route, as the plan check's does, whichever
+		// prefix and id the call used.
+		res := send(t, srv, "POST", strings.Replace(url, "/api/v1", "/v1", 1)+"/sync", readOnly, "")
+		wantError(t, res, http.StatusForbidden, coinpulse.CodePermissionDenied)
+		if !strings.Contains(res.Error.Message, "that POST /api/v1/portfolio/{id}/sync needs") {
+			t.Errorf("read-only sync: %q, want the route named", res.Error.Message)
+		}
 	})
 	t.Run("another account", func(t *testing.T) {
 		other := proKey(t)
