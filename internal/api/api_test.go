@@ -120,7 +120,7 @@ func TestUnroutedRequests(t *testing.T) {
 	wantError(t, do(t, srv, "DELETE", "/v1/coins/bitcoin", key), 405, coinpulse.CodeMethodNotAllowed)
 	// A literal path is not taken for a wildcard's value: GET
 	// /portfolio/transactions is not portfolio "transactions".
-	for _, m := range []string{"GET", "HEAD", "PATCH", "DELETE"} {
+	for _, m := range []string{"GET", "HEAD", "PATCH", "DELETE", "PUT", "OPTIONS", "TRACE"} {
 		res := do(t, srv, m, "/api/v1/portfolio/transactions", key)
 		if res.Status != 405 || res.Header.Get("Allow") != "POST" {
 			t.Errorf("%s /api/v1/portfolio/transactions: %d, Allow %q: %s", m, res.Status, res.Header.Get("Allow"), res.Raw)

@@ -119,6 +119,9 @@ type Server struct {
 	meterer       Meter
 	mux           *http.ServeMux
 	routes        []Route
+	// literalAllow is the Allow of each literal path: for a method it does
+	// not serve, net/http's would also list a wildcard sibling's methods.
+	literalAllow map[string]string
 	// running counts the routes' calls still running when calls are
 	// metered; see Drain.
 	running atomic.Int64
@@ -363,12 +366,14 @@ func (s *Server) unshadow() {
 			served[p+rt.Path] = append(served[p+rt.Path], rt.Method)
 		}
 	}
+	s.literalAllow = make(map[string]string, len(served))
 	for path, methods := range served {
 		allow := slices.Clone(methods)
 		if slices.Contains(allow, http.MethodGet) {
 			allow = append(allow, http.MethodHead)
 		}
 		slices.Sort(allow)
+		s.literalAllow[path] = strings.Join(allow, ", ")
 		for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 			if slices.Contains(allow, m) {
 				continue
@@ -756,7 +761,11 @@ func (s *Server) unrouted(e *exchange, r *http.Request) {
 	h.ServeHTTP(rec, r)
 	switch {
 	case rec.status == http.StatusMethodNotAllowed:
-		s.methodNotAllowed(e, r, rec.header.Get("Allow"))
+		allow, literal := s.literalAllow[r.URL.Path]
+		if !literal {
+			allow = rec.header.Get("Allow")
+		}
+		s.methodNotAllowed(e, r, allow)
 	// A redirect to the clean path; not for OPTIONS *, which has no path
 	// to clean and gets the 404.
 	case rec.status >= 300 && rec.status < 400 && rec.header.Get("Location") != "" && strings.HasPrefix(r.URL.Path, "/"):
