@@ -265,6 +265,9 @@ func parsePlan(row json.RawMessage) (Plan, error) {
 			return Plan{}, fmt.Errorf(`%s: max_active_alerts is not 0 but endpoints is %q: alerts need endpoints "all"`, where, p.Endpoints)
 		}
 	}
+	if p.MonthlyCalls != 0 && p.Endpoints == EndpointsNone {
+		return Plan{}, fmt.Errorf(`%s: monthly_calls is not 0 but endpoints is "none": a plan without API access makes no calls to count; give 0, or endpoints "basic" or "all"`, where)
+	}
 	if p.MonthlyCalls == 0 && p.Endpoints != EndpointsNone {
 		return Plan{}, fmt.Errorf(`%s: monthly_calls is 0 but endpoints is %q: give a number above 0, "unlimited", or endpoints "none"`, where, p.Endpoints)
 	}
