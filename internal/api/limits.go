@@ -372,11 +372,7 @@ func (s *Server) simulate(e *exchange, r *http.Request) error {
 	switch how := strings.TrimSpace(strings.Join(what, ",")); how {
 	case simulateRateLimit:
 		e.simulated = how
-		// The headers say what a real refusal by the second window
-		// would: nothing left, whole again in a second.
-		now := s.clock()
-		second := coinpulse.WindowState{Window: coinpulse.WindowSecond, Limit: int64(s.sandboxLimits.PerSecond), Reset: now.Add(time.Second)}
-		setWindowHeaders(e.Header(), &second, []coinpulse.WindowState{second}, now)
+		s.simulatedRefusal(e, r)
 		e.Header().Set("Retry-After", "1")
 		return coinpulse.Errorf(coinpulse.CodeRateLimitExceeded, "Simulated: the limit of calls per second is reached (X-Sandbox-Simulate: rate_limit); retry in 1s.")
 	case simulateServerError:
@@ -404,6 +400,27 @@ func (s *Server) simulate(e *exchange, r *http.Request) error {
 		return coinpulse.Errorf(coinpulse.CodeUnavailable, "Simulated: the request timed out after %s (X-Sandbox-Simulate: timeout).", simulateTimeoutFor)
 	}
 	return coinpulse.ValidationError("X-Sandbox-Simulate", "must be one of rate_limit, server_error, timeout")
+}
+
+// simulatedRefusal sets the rate-limit headers a real refusal by the
+// sandbox's second window would carry: its windows as they stand, the
+// second with nothing left and whole again in a second. With limits off
+// there are none, as on every other answer.
+func (s *Server) simulatedRefusal(e *exchange, r *http.Request) {
+	if s.limiter == nil {
+		return
+	}
+	v, err := s.limiter.Peek(r.Context(), e.principal.sandbox, s.sandboxLimits)
+	if err != nil {
+		return
+	}
+	now := s.decidedAt(&v)
+	for i := range v.Windows {
+		if v.Windows[i].Window == coinpulse.WindowSecond {
+			v.Windows[i].Remaining, v.Windows[i].Reset = 0, now.Add(time.Second)
+		}
+	}
+	setRateHeaders(e.Header(), &v, now)
 }
 
 // giveBack gives a live call that failed on our side (5xx) back to the

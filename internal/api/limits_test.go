@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -243,6 +245,29 @@ func TestSandboxLimitsAndSimulation(t *testing.T) {
 	wantError(t, res, http.StatusTooManyRequests, coinpulse.CodeRateLimitExceeded)
 	if res.Header.Get("Retry-After") == "" || !strings.Contains(res.Error.Message, "Simulated") {
 		t.Errorf("simulated 429: %v %q", res.Header, res.Error.Message)
+	}
+	// Its headers are those of a real refusal by the second window: every
+	// window of the abuse limit, in RateLimit as in RateLimit-Policy (an
+	// audit: RateLimit listed the second alone).
+	windows := regexp.MustCompile(`"([a-z]+)"`)
+	names := func(v string) (n []string) {
+		for _, m := range windows.FindAllStringSubmatch(v, -1) {
+			n = append(n, m[1])
+		}
+		return n
+	}
+	if rl, policy := res.Header.Get("RateLimit"), res.Header.Get("RateLimit-Policy"); len(names(policy)) < 2 || !slices.Equal(names(rl), names(policy)) ||
+		!strings.HasPrefix(rl, `"second";r=0;t=1,`) || res.Header.Get("X-RateLimit-Remaining") != "0" || res.Header.Get("X-RateLimit-Reset") == "" {
+		t.Errorf("simulated 429: RateLimit %q, RateLimit-Policy %q, X-RateLimit-Remaining %q", rl, policy, res.Header.Get("X-RateLimit-Remaining"))
+	}
+	// With limits off no answer carries rate-limit headers, a simulated
+	// refusal neither.
+	res = do(t, testServer(t), "GET", "/api/v1/markets/global", sandbox, "X-Sandbox-Simulate", "rate_limit")
+	wantError(t, res, http.StatusTooManyRequests, coinpulse.CodeRateLimitExceeded)
+	for _, h := range rateLimitKeys {
+		if res.Header.Get("Retry-After") != "1" || res.Header[h] != nil {
+			t.Errorf("simulated 429 with limits off: Retry-After %q, %s %q", res.Header.Get("Retry-After"), h, res.Header[h])
+		}
 	}
 	before := do(t, srv.Server, "GET", "/api/v1/usage", sandbox).Header.Get("X-RateLimit-Remaining")
 	res = do(t, srv.Server, "GET", "/api/v1/markets/global", sandbox, "X-Sandbox-Simulate", "server_error")
