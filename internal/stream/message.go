@@ -89,13 +89,49 @@ const (
 // bytes of JSON text). Errors are *coinpulse.Error of kind
 // VALIDATION_ERROR (PAYLOAD_TOO_LARGE above MaxMessageBytes) whose
 // message is safe to send to the client. On error the returned message
-// holds what was read before the problem, notably ID, so that the error
-// reply can still echo it.
+// holds what was read before the problem, and ID wherever in the message
+// a valid one is, so that the error reply can still echo it.
 func ParseClientMessage(data []byte) (ClientMessage, error) {
-	var m ClientMessage
 	if len(data) > MaxMessageBytes {
-		return m, errTooLarge()
+		return ClientMessage{}, errTooLarge()
 	}
+	m, err := parseClientMessage(data)
+	if err != nil && m.ID == nil {
+		m.ID = idOf(data)
+	}
+	return m, err
+}
+
+// idOf returns the valid "id" of the object data, or nil: for an error
+// found before the parse reached it. It reads up to the id, skipping
+// other fields whatever their values.
+func idOf(data []byte) json.RawMessage {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if key, ok := tok.(string); err != nil || !ok {
+			return nil
+		} else if key == "id" {
+			id, err := idValue(dec)
+			if err != nil {
+				return nil
+			}
+			return id
+		}
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+func parseClientMessage(data []byte) (ClientMessage, error) {
+	var m ClientMessage
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	tok, err := dec.Token()

@@ -97,10 +97,24 @@ func TestParseClientMessage(t *testing.T) {
 	if _, err := ParseClientMessage(make([]byte, MaxMessageBytes+1)); coinpulse.ErrorCode(err) != coinpulse.CodePayloadTooLarge {
 		t.Errorf("oversized: %v", err)
 	}
-	// The id survives an error found after it.
-	m, err := ParseClientMessage([]byte(`{"id":"x","type":"nope"}`))
-	if err == nil || string(m.ID) != `"x"` {
-		t.Errorf("got %+v, %v", m, err)
+	// The id survives an error, found before or after it (an audit: an
+	// error before it lost it); an id that is itself wrong is not echoed.
+	for in, id := range map[string]string{
+		`{"id":"x","type":"nope"}`:                                    `"x"`,
+		`{"type":"subscribe","channel":"prices","coins":[],"id":"c"}`: `"c"`,
+		`{"type":1,"id":7}`:                                           `7`,
+		`{"extra":{"id":1},"id":"x"}`:                                 `"x"`,
+		`{"type":"ping","type":"ping","id":"x"}`:                      `"x"`,
+		many[:len(many)-1] + `,"id":"m"}`:                             `"m"`,
+		`{"type":"ping","id":null}`:                                   ``,
+		`{"type":"ping","id":"x","id":"y"}`:                           `"x"`,
+		`{"type":1,"id":[1]}`:                                         ``,
+		`{"type":1,"x":}, "id":"x"}`:                                  ``,
+	} {
+		m, err := ParseClientMessage([]byte(in))
+		if err == nil || string(m.ID) != id {
+			t.Errorf("%.80s: id %s, %v; want an error echoing id %s", in, m.ID, err, id)
+		}
 	}
 }
 
