@@ -850,6 +850,12 @@ func alertsMatchSpec(t *testing.T, doc *openapi3.T, srv *Server) {
 		body: `{"coin_id":"Ethereum","target_price":"2500.000000000000000001","condition":"below","notify_email":null}`, status: http.StatusCreated}))
 	call(specCall{method: "POST", route: "/alerts", target: "/api/v1/alerts", key: key,
 		body: `{"coin_id":"eth","target_price":"0.000000000000000001","condition":"below","notify_email":false}`, status: http.StatusCreated})
+	// Zeros after the last significant digit are not decimal places that
+	// count (an audit: the spec's patterns refused them).
+	for _, target := range []string{`"0.0000000000000000010"`, `"1.0000000000000000000"`, `1.50000000000000000000`} {
+		call(specCall{method: "POST", route: "/alerts", target: "/api/v1/alerts", key: key,
+			body: `{"coin_id":"eth","target_price":` + target + `,"condition":"below"}`, status: http.StatusCreated})
+	}
 	btcPath := fmt.Sprintf("/api/v1/alerts/%d", btc)
 	call(specCall{method: "GET", route: "/alerts", target: "/api/v1/alerts", key: key, status: http.StatusOK})
 	call(specCall{method: "GET", route: "/alerts/{id}", target: btcPath, key: key, status: http.StatusOK})
@@ -918,6 +924,8 @@ func alertsMatchSpec(t *testing.T, doc *openapi3.T, srv *Server) {
 		{"/alerts", "/api/v1/alerts", `{"coin_id":"bitcoin","target_price":"-1","condition":"above"}`},
 		{"/alerts", "/api/v1/alerts", `{"coin_id":"bitcoin","target_price":1000000000000000,"condition":"above"}`},
 		{"/alerts", "/api/v1/alerts", `{"coin_id":"bitcoin","target_price":"1.0000000000000000001","condition":"above"}`},
+		{"/alerts", "/api/v1/alerts", `{"coin_id":"bitcoin","target_price":"0.00000000000000000110","condition":"above"}`},
+		{"/alerts", "/api/v1/alerts", `{"coin_id":"bitcoin","target_price":"1.` + strings.Repeat("0", 63) + `","condition":"above"}`},
 		{"/alerts", "/api/v1/alerts", `{"coin_id":"bitcoin","target_price":1,"condition":"sideways"}`},
 		{"/alerts", "/api/v1/alerts", `{"coin_id":"bitcoin","target_price":1,"condition":"above","notify_email":"yes"}`},
 		{"/alerts", "/api/v1/alerts", `{"coin_id":"","target_price":1,"condition":"above"}`},
