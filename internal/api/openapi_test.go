@@ -601,7 +601,14 @@ func portfoliosMatchSpec(t *testing.T, doc *openapi3.T, srv *Server) {
 	call(specCall{method: "POST", route: "/portfolio", target: "/api/v1/portfolio", key: sandbox, body: `{"name":"eleventh"}`,
 		status: http.StatusForbidden, code: coinpulse.CodePortfolioLimitReached})
 
-	call(specCall{method: "DELETE", route: "/portfolio/{id}", target: base, key: key, status: http.StatusOK})
+	// A DELETE takes no body but {}: anything else is a 422 that deletes
+	// nothing (an audit: a malformed body was ignored).
+	for _, body := range []string{`{not json`, `[]`, `{"id":1}`} {
+		call(specCall{method: "DELETE", route: "/portfolio/{id}", target: base, key: key, body: body,
+			status: http.StatusUnprocessableEntity, code: coinpulse.CodeValidation, bodyInvalid: true})
+	}
+	call(specCall{method: "GET", route: "/portfolio/{id}", target: base, key: key, status: http.StatusOK})
+	call(specCall{method: "DELETE", route: "/portfolio/{id}", target: base, key: key, body: `{}`, status: http.StatusOK})
 	call(specCall{method: "GET", route: "/portfolio/{id}/history", target: base + "/history", key: key, status: http.StatusNotFound, code: coinpulse.CodeNotFound})
 
 	// Every portfolio operation of the spec was seen to succeed.

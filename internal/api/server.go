@@ -959,6 +959,17 @@ func (s *Server) admit(e *exchange, r *http.Request, rt Route) error {
 			return err
 		}
 	}
+	if rt.Method == http.MethodDelete {
+		// Nor a body: none or {}, as POST /alerts/{id}/toggle; anything
+		// else is a 422 that deletes nothing.
+		b, err := readBody(r)
+		if err != nil {
+			return err
+		}
+		if err := b.err(); err != nil {
+			return err
+		}
+	}
 	return s.simulate(e, r)
 }
 
