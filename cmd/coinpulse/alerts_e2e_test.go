@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,7 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"coinpulse/internal/notify"
 )
 
 // Alerts and webhooks end to end: `coinpulse serve` processes on SQLite or
@@ -412,4 +416,67 @@ func TestWebhookDeliveryLeaseFlag(t *testing.T) {
 	if _, err := parseServe(nil, env, io.Discard); err == nil {
 		t.Error("COINPULSE_DELIVERY_LEASE=5s accepted")
 	}
+}
+
+// On a server without SMTP, the firing of an alert that asked for e-mail
+// tells the e-mail as undeliverable, in its webhook payload and on the
+// WebSocket, as the alert itself says once the dispatcher has recorded it
+// (an audit: both said pending, though it never would be sent).
+func TestAlertEmailUndeliverableWithoutSMTP(t *testing.T) {
+	db := "sqlite:" + filepath.Join(t.TempDir(), "coinpulse.db")
+	key := alertKey(t, db)
+	p := startProc(t, "--db", db, "--plans", generousPlans(t), "--webhook-allow-private", "--refresh", "1s")
+	rc := newE2EReceiver(t, nil)
+	p.data(t, 201, "POST", "/api/v1/webhooks", key, `{"url":"`+rc.srv.URL+`/hook"}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(p.base, "http")+"/api/v1/ws",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + key}}})
+	if err != nil {
+		t.Fatalf("websocket: %v", err)
+	}
+	defer ws.CloseNow()
+	if err := ws.Write(ctx, websocket.MessageText, []byte(`{"type":"subscribe","channel":"alerts"}`)); err != nil {
+		t.Fatal(err)
+	}
+	target := strconv.FormatFloat(bitcoinPrice(t, p, key)/2, 'f', 2, 64)
+	id := p.data(t, 201, "POST", "/api/v1/alerts", key, `{"coin_id":"bitcoin","target_price":"`+target+`","condition":"above","notify_email":true}`)["id"]
+
+	type email struct {
+		Status string `json:"email_status"`
+		Error  string `json:"email_error"`
+	}
+	want := email{"undeliverable", notify.NoSMTP}
+	var payload struct {
+		Data struct{ Alert email } `json:"data"`
+	}
+	h := rc.wait(t, 1, 30*time.Second)[0]
+	if err := json.Unmarshal(h.body, &payload); err != nil || payload.Data.Alert != want {
+		t.Errorf("webhook payload %s (%v), want e-mail %+v", h.body, err, want)
+	}
+	for {
+		_, msg, err := ws.Read(ctx)
+		if err != nil {
+			t.Fatalf("no alert.triggered on the WebSocket: %v", err)
+		}
+		var m struct {
+			Type  string
+			Alert email
+		}
+		if json.Unmarshal(msg, &m) == nil && m.Type == "alert.triggered" {
+			if m.Alert != want {
+				t.Errorf("WebSocket %s, want e-mail %+v", msg, want)
+			}
+			break
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		a := p.data(t, 200, "GET", fmt.Sprint("/api/v1/alerts/", id), key, "")
+		if got := (email{fmt.Sprint(a["email_status"]), fmt.Sprint(a["email_error"])}); got == want {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the alert's e-mail is %+v, want %+v", got, want)
+		}
+	}
+	p.term(t)
 }

@@ -291,8 +291,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	} else {
 		log.Warn("rate limits and metering are OFF (--limits off)")
 	}
-	evaluator := alerting.NewEvaluator(alerting.EvaluatorConfig{Store: store, Event: api.AlertEvent, Log: log})
 	var mailer *notify.Mailer
+	told := func(a *coinpulse.Alert) *coinpulse.Alert { return a } // a firing's alert as its messages tell it
 	if cfg.smtp.Host != "" {
 		if mailer, err = notify.NewMailer(cfg.smtp); err != nil {
 			return fmt.Errorf("smtp: %w", err)
@@ -300,7 +300,10 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		log.Info("alert e-mails through SMTP", "host", cfg.smtp.Host, "port", mailer.Port(), "tls", cfg.smtp.TLS, "starttls", cfg.smtp.StartTLS)
 	} else {
 		log.Warn("no SMTP server (--smtp-host): alert e-mails are marked undeliverable")
+		told = api.Unmailed
 	}
+	evaluator := alerting.NewEvaluator(alerting.EvaluatorConfig{Store: store, Log: log,
+		Event: func(a *coinpulse.Alert) coinpulse.Event { return api.AlertEvent(told(a)) }})
 	if cfg.webhookAllowPrivate {
 		log.Warn("webhooks may reach private and loopback addresses (--webhook-allow-private)")
 	}
@@ -311,7 +314,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	apiCfg.Dashboard = dash.Handler()
 	srv := api.New(apiCfg)
 	hub := srv.Hub()
-	announceFirings(evaluator, hub, dispatcher)
+	announceFirings(evaluator, hub, dispatcher, told)
 	evaluator.SetEntitled(srv.Entitlement)
 	dash.SetOnRevoke(srv.RefreshAuth)
 	dispatcher.SetEntitled(srv.Entitlement)
@@ -641,13 +644,14 @@ More keys: go run ./cmd/coinpulse keys create --email %s%s
 }
 
 // announceFirings sends the alerts each tick fires to their owners'
-// WebSockets, and wakes the dispatcher for their deliveries.
-func announceFirings(ev *alerting.Evaluator, hub *stream.Hub, d *notify.Dispatcher) {
+// WebSockets, each as told tells it, and wakes the dispatcher for their
+// deliveries.
+func announceFirings(ev *alerting.Evaluator, hub *stream.Hub, d *notify.Dispatcher, told func(*coinpulse.Alert) *coinpulse.Alert) {
 	ev.SetOnFire(func(fired []coinpulse.Alert) {
 		d.Wake()
 		for i := range fired {
 			a := &fired[i]
-			hub.PublishAlert(a.Owner.UserID, string(a.Owner.Mode), a.ID, api.AlertJSON(a))
+			hub.PublishAlert(a.Owner.UserID, string(a.Owner.Mode), a.ID, api.AlertJSON(told(a)))
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"coinpulse"
+	"coinpulse/internal/notify"
 )
 
 // alertView is an alert as the API shows it: in REST responses, webhook
@@ -241,6 +242,19 @@ func AlertEvent(a *coinpulse.Alert) coinpulse.Event {
 		Data: alertEventData{Alert: viewAlert(a), Price: num(price)},
 	})
 	return coinpulse.Event{ID: NewEventID(), Type: coinpulse.EventAlertTriggered, Payload: payload, CreatedAt: at}
+}
+
+// Unmailed tells the e-mail of a's firing as a server without SMTP will
+// record it, undeliverable rather than pending, so that the firing's
+// webhook payload and WebSocket message say what the alert says a moment
+// later, once the dispatcher has recorded it. a is not changed.
+func Unmailed(a *coinpulse.Alert) *coinpulse.Alert {
+	if a.EmailStatus != coinpulse.EmailPending {
+		return a
+	}
+	b := *a
+	b.EmailStatus, b.EmailError = coinpulse.EmailUndeliverable, notify.NoSMTP
+	return &b
 }
 
 // AlertJSON is the alert object of REST responses, for WebSocket messages.

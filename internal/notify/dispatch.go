@@ -55,6 +55,10 @@ type DispatchOptions struct {
 	Rand func() float64
 }
 
+// NoSMTP is the error of an e-mail on a server without SMTP, which
+// records it undeliverable.
+const NoSMTP = "no SMTP server is configured on this Coinpulse server"
+
 // NewDispatcher returns a dispatcher; mailer nil marks e-mails
 // undeliverable.
 func NewDispatcher(store DispatchStore, sender *Sender, mailer *Mailer, log *slog.Logger, opts DispatchOptions) *Dispatcher {
@@ -232,7 +236,7 @@ type mailEvent struct {
 func (d *Dispatcher) email(ctx context.Context, del coinpulse.Delivery) coinpulse.Attempt {
 	now := d.clock()
 	if d.mailer == nil {
-		return coinpulse.Attempt{At: now, Status: coinpulse.DeliveryUndeliverable, Error: "no SMTP server is configured on this Coinpulse server"}
+		return coinpulse.Attempt{At: now, Status: coinpulse.DeliveryUndeliverable, Error: NoSMTP}
 	}
 	var ev mailEvent
 	if err := json.Unmarshal(del.Payload, &ev); err != nil {
