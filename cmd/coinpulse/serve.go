@@ -354,11 +354,23 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	wg.Go(func() { evaluator.Run(bg, snaps) })
 	wg.Go(func() { publishPrices(bg, hub, prices) })
 	wg.Go(func() {
-		if err := engine.Load(bg); err != nil {
-			if bg.Err() == nil {
-				log.Error("market data failed to load", "err", err)
+		// A failed load (the feed or the database erring) is tried again,
+		// after 1 s, then twice as long each time up to 30 s: the node
+		// stays unready (503) until one succeeds.
+		for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+			err := engine.Load(bg)
+			if err == nil {
+				break
 			}
-			return
+			if bg.Err() != nil {
+				return
+			}
+			log.Error("market data failed to load; retrying", "err", err, "retry_in", wait)
+			select {
+			case <-bg.Done():
+				return
+			case <-time.After(wait):
+			}
 		}
 		if err := engine.Run(bg); err != nil {
 			log.Error("market engine stopped", "err", err)

@@ -126,6 +126,8 @@ func (e *Engine) fingerprint() string {
 // and publishes the first snapshot.
 func (e *Engine) Load(ctx context.Context) error {
 	start := time.Now()
+	// A Load that failed part way is run again from the start.
+	e.order, e.coins = e.order[:0], map[string]*coinState{}
 	now := e.aligned(e.cfg.Clock())
 	universe, err := e.cfg.Feed.Universe(ctx)
 	if err != nil {

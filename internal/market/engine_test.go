@@ -298,6 +298,47 @@ func samePoints(t testing.TB, what string, want, got []coinpulse.HistoryPoint) {
 	}
 }
 
+// flakyFeed is a spyFeed whose History fails once, at call failAt.
+type flakyFeed struct {
+	*spyFeed
+	mu     sync.Mutex
+	calls  int
+	failAt int
+}
+
+func (f *flakyFeed) History(ctx context.Context, info coinpulse.CoinInfo, interval coinpulse.Interval, from, to time.Time) ([]coinpulse.HistoryPoint, error) {
+	f.mu.Lock()
+	f.calls++
+	fail := f.calls == f.failAt
+	f.mu.Unlock()
+	if fail {
+		return nil, fmt.Errorf("flaky feed: call %d fails", f.failAt)
+	}
+	return f.spyFeed.History(ctx, info, interval, from, to)
+}
+
+// A Load that failed part way, as on a dropped database connection, can
+// be run again (serve retries it): the second loads every coin once (an
+// audit: a failed first load left the node unready for good).
+func TestEngineLoadAgainAfterAFailure(t *testing.T) {
+	t.Parallel()
+	store := openStore(t, filepath.Join(t.TempDir(), "db"))
+	clock := &fakeClock{t: start}
+	e := New(Config{
+		Feed: &flakyFeed{spyFeed: newSpy(t, 1), failAt: 20}, Store: store, Clock: clock.Now,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), MinMoverVolume: 50_000, Refresh: time.Millisecond,
+	})
+	if err := e.Load(context.Background()); err == nil || e.Current() != nil {
+		t.Fatalf("Load with a failing feed: %v, snapshot %v; want an error and none", err, e.Current())
+	}
+	if err := e.Load(context.Background()); err != nil {
+		t.Fatalf("Load again: %v", err)
+	}
+	if s := e.Current(); s == nil || s.Len() != 1000 || len(e.order) != 1000 || len(e.coins) != 1000 {
+		t.Fatalf("after the second Load: snapshot %v, %d coins in order, %d known; want 1000", s, len(e.order), len(e.coins))
+	}
+}
+
 func TestEngineLoadBackfills(t *testing.T) {
 	t.Parallel()
 	env := newEnv(t, 1)
