@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -55,6 +56,23 @@ func (a adminFlags) user(ctx context.Context, store coinpulse.Store) (*coinpulse
 // create a SQLite file that does not exist yet.
 func (a adminFlags) open(ctx context.Context, create bool) (coinpulse.Store, error) {
 	return openStore(ctx, *a.db, *a.dataDir, create)
+}
+
+// flagError words the refusal of a flag's value as the command's other
+// refusals are, "--name "value": why", so that run names the environment
+// variable that set it.
+func flagError(name, value string, err error) error {
+	var e *coinpulse.Error
+	if errors.As(err, &e) && len(e.Details) == 1 {
+		return &coinpulse.Error{Code: e.Code, Message: fmt.Sprintf("--%s %q: %s", name, value, e.Details[0].Message), Details: e.Details}
+	}
+	return err
+}
+
+// pastExpiry refuses an --expires in the past, saying why.
+func pastExpiry(exp time.Time, why string) error {
+	msg := fmt.Sprintf("--expires %s is past: %s", exp.Format(time.RFC3339), why)
+	return &coinpulse.Error{Code: coinpulse.CodeValidation, Message: msg, Details: []coinpulse.FieldError{{Field: "expires", Message: msg}}}
 }
 
 // parseExpiry reads an optional RFC 3339 time.
@@ -110,7 +128,7 @@ func runUsersCreate(ctx context.Context, args []string, getenv func(string) stri
 func tierAndExpiry(tier, expires string) (coinpulse.Tier, *time.Time, error) {
 	t, err := coinpulse.ParseTier(tier)
 	if err != nil {
-		return "", nil, err
+		return "", nil, flagError("tier", tier, err)
 	}
 	var exp *time.Time
 	if expires == "now" {
@@ -120,7 +138,7 @@ func tierAndExpiry(tier, expires string) (coinpulse.Tier, *time.Time, error) {
 		return "", nil, err
 	} else if exp != nil && !exp.After(time.Now()) {
 		// A mistyped year would lock a paying account out at once.
-		return "", nil, coinpulse.ValidationError("expires", fmt.Sprintf("--expires %s is past: the account would be locked out at once; to end its subscription now, give --expires now", exp.Format(time.RFC3339)))
+		return "", nil, pastExpiry(*exp, "the account would be locked out at once; to end its subscription now, give --expires now")
 	}
 	if exp != nil && t == coinpulse.TierFree {
 		return "", nil, errors.New("--expires: the free tier does not expire; give a paid --tier, or no --expires")
@@ -169,18 +187,18 @@ func runKeysCreate(ctx context.Context, args []string, getenv func(string) strin
 	}
 	keyName, err := coinpulse.CheckKeyName(*name)
 	if err != nil {
-		return err
+		return flagError("name", *name, err)
 	}
 	p, err := coinpulse.ParsePermissions(*perms)
 	if err != nil {
-		return err
+		return flagError("permissions", *perms, err)
 	}
 	exp, err := parseExpiry(*expires)
 	if err != nil {
 		return err
 	}
 	if exp != nil && !exp.After(time.Now()) {
-		return coinpulse.ValidationError("expires", fmt.Sprintf("--expires %s is past: a key that expires then would never work", exp.Format(time.RFC3339)))
+		return pastExpiry(*exp, "a key that expires then would never work")
 	}
 	store, err := a.open(ctx, false)
 	if err != nil {
@@ -265,8 +283,22 @@ func runKeysRevoke(ctx context.Context, args []string, getenv func(string) strin
 		return err
 	}
 	if (*id == "") == (*key == "") {
-		fmt.Fprintln(stderr, "give exactly one of --id or --key")
-		return usageError{fmt.Errorf("give exactly one of --id or --key")}
+		msg := "give exactly one of --id or --key"
+		var from []string // the variables that gave them
+		for _, f := range []string{"id", "key"} {
+			for _, v := range []string{envName(f), envName(f) + "_FILE"} {
+				if getenv(v) != "" && !slices.ContainsFunc(args, func(a string) bool {
+					return strings.TrimLeft(a, "-") == f || strings.HasPrefix(strings.TrimLeft(a, "-"), f+"=")
+				}) {
+					from = append(from, v)
+				}
+			}
+		}
+		if len(from) > 0 {
+			msg += " (set in the environment: " + strings.Join(from, ", ") + ")"
+		}
+		fmt.Fprintln(stderr, msg)
+		return usageError{errors.New(msg)}
 	}
 	store, err := a.open(ctx, false)
 	if err != nil {

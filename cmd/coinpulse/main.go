@@ -11,6 +11,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -68,11 +69,22 @@ postgres://...). Run "coinpulse <command> -h" for its flags.
 // run is the whole program, with its environment passed in for tests.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	err := runCommand(ctx, args, getenv, stdout, stderr)
+	var help helpError
+	if errors.As(err, &help) {
+		fmt.Fprint(stdout, help.text) // "coinpulse CMD -h": its flags, as asked
+		return nil
+	}
 	if errors.Is(err, flag.ErrHelp) {
-		return nil // "coinpulse CMD -h": its flags were printed, as asked
+		return nil // "coinpulse -h": the commands were printed
 	}
 	return fromEnv(err, args, getenv)
 }
+
+// helpError is a command's -h: the flags' help, for stdout.
+type helpError struct{ text string }
+
+func (helpError) Error() string { return flag.ErrHelp.Error() }
+func (helpError) Unwrap() error { return flag.ErrHelp }
 
 // fromEnv names the environment variable behind a flag that err, a
 // check of a flag's value ("--name ..."), refuses, when the variable and
@@ -87,10 +99,18 @@ func fromEnv(err error, args []string, getenv func(string) string) error {
 		return errors.Join(named...)
 	}
 	var u usageError
-	if err == nil || errors.As(err, &u) || !strings.HasPrefix(err.Error(), "--") {
+	if err == nil || errors.As(err, &u) {
 		return err
 	}
-	name := strings.TrimPrefix(err.Error(), "--")
+	text := err.Error()
+	var ce *coinpulse.Error // an operator's mistake, printed as its message
+	if errors.As(err, &ce) {
+		text = ce.Message
+	}
+	if !strings.HasPrefix(text, "--") {
+		return err
+	}
+	name := strings.TrimPrefix(text, "--")
 	if i := strings.IndexFunc(name, func(r rune) bool { return r != '-' && (r < 'a' || r > 'z') && (r < '0' || r > '9') }); i >= 0 {
 		name = name[:i]
 	}
@@ -109,6 +129,11 @@ func fromEnv(err error, args []string, getenv func(string) string) error {
 		v += "_FILE"
 	default:
 		return err
+	}
+	if ce != nil {
+		named := *ce
+		named.Message += " (set by " + v + ")"
+		return &named
 	}
 	return fmt.Errorf("%w (set by %s)", err, v)
 }
@@ -173,10 +198,16 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 // left unset from its COINPULSE_* environment variable (or the file its
 // _FILE variant names).
 func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err // -h: the flags are printed; run makes it a success
-		}
+	out := fs.Output()
+	var printed bytes.Buffer
+	fs.SetOutput(&printed)
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	if errors.Is(err, flag.ErrHelp) {
+		return helpError{printed.String()} // -h: run prints the flags on stdout, a success
+	}
+	out.Write(printed.Bytes())
+	if err != nil {
 		return usageError{err}
 	}
 	if fs.NArg() > 0 {
@@ -249,6 +280,11 @@ func openStore(ctx context.Context, dsn, dataDir string, create bool) (coinpulse
 	switch {
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
 		return postgres.Open(ctx, dsn)
+	case dsn != "" && (path == "" || path == ":memory:" || strings.HasPrefix(path, "file:")):
+		// SQLite's in-memory and URI names: a database in memory would
+		// vanish with the process, and each of the pool's connections
+		// would see its own.
+		return nil, fmt.Errorf("--db %q: give a SQLite file's path (sqlite:PATH, a bare path), or postgres://…", describeDB(dsn, dataDir))
 	case strings.Contains(dsn, "://"):
 		return nil, fmt.Errorf("--db %s: not a database this version opens: sqlite:PATH, a bare path, or postgres://…", describeDB(dsn, dataDir))
 	case libpqKeywords(dsn):

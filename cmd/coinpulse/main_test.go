@@ -476,6 +476,14 @@ func TestServeRejectsBadConfig(t *testing.T) {
 		{"serve", "--shutdown-timeout", "-5s"},
 		{"serve", "--write-timeout", "500ms"},
 		{"serve", "--db", "mysql://localhost/x"},
+		// An audit's: a database in memory, a refresh past a day, STARTTLS
+		// with implicit TLS.
+		{"serve", "--db", "sqlite::memory:"},
+		{"serve", "--db", "sqlite:"},
+		{"serve", "--db", "file:x.db?mode=memory"},
+		{"serve", "--refresh", "25h"},
+		{"serve", "--smtp-host", "mail.example.com", "--smtp-from", "a@example.com", "--smtp-tls", "--smtp-starttls", "opportunistic"},
+		{"users", "create", "--email", "m@example.com", "--db", "sqlite::memory:"},
 	} {
 		if _, _, err := cli(t, nil, args...); err == nil {
 			t.Errorf("%v: accepted", args)
@@ -497,6 +505,7 @@ func TestServeRejectsBadConfig(t *testing.T) {
 		{map[string]string{"COINPULSE_REFRESH": "1s"}, []string{"-refresh", "1ms"}, "--refresh 1ms: must be at least 100ms"},
 		{map[string]string{"COINPULSE_ADDR": "nonsense"}, nil, `--addr "nonsense": HOST:PORT or :PORT to listen on, such as 127.0.0.1:8080 or :8080 (set by COINPULSE_ADDR)`},
 		{nil, []string{"--addr", "127.0.0.1:70000"}, `--addr "127.0.0.1:70000": HOST:PORT or :PORT to listen on, such as 127.0.0.1:8080 or :8080`},
+		{map[string]string{"COINPULSE_REDIS": "http://127.0.0.1:6379/0"}, nil, "--redis: redis: invalid URL scheme: http (set by COINPULSE_REDIS)"},
 		// Several SMTP problems at once: each names its own source.
 		{map[string]string{"COINPULSE_SMTP_HOST": "mail.example.com", "COINPULSE_SMTP_PORT": "70000"}, []string{"--smtp-from", "nope"},
 			"--smtp-port 70000 is not a TCP port (1-65535) (set by COINPULSE_SMTP_PORT)\n--smtp-from \"nope\" is not an e-mail address: mail: missing '@' or angle-addr"},
@@ -505,6 +514,9 @@ func TestServeRejectsBadConfig(t *testing.T) {
 		_, _, err := cli(t, tt.env, append([]string{"serve", "--data-dir", dir}, tt.args...)...)
 		if err == nil || !strings.HasSuffix(err.Error(), tt.want) {
 			t.Errorf("%v %v: %v, want it to end with %q", tt.env, tt.args, err, tt.want)
+		}
+		if _, err := os.Stat(dir); err == nil {
+			t.Errorf("%v %v: refused after creating the data directory", tt.env, tt.args)
 		}
 		if err != nil && len(tt.args) > 0 && strings.Count(err.Error(), "set by") != strings.Count(tt.want, "set by") {
 			t.Errorf("%v %v: %v names the variable, but the command line set the flag", tt.env, tt.args, err)
@@ -748,7 +760,8 @@ func TestEveryFailureIsTold(t *testing.T) {
 }
 
 // TestHelpIsNotAFailure: "coinpulse CMD -h" prints the command's flags
-// and exits 0, as "coinpulse --help" does.
+// on stdout, as "coinpulse --help" does, and exits 0 (an audit: they went
+// to stderr, so "serve -h | grep redis" found nothing).
 func TestHelpIsNotAFailure(t *testing.T) {
 	for _, args := range [][]string{
 		{"serve", "-h"},
@@ -757,10 +770,14 @@ func TestHelpIsNotAFailure(t *testing.T) {
 		{"keys", "list", "-help"},
 		{"migrate", "-h"},
 	} {
-		_, stderr, err := cli(t, nil, args...)
-		if err != nil || !strings.Contains(stderr, "-db") {
-			t.Errorf("coinpulse %s: %v, want the flags (with -db) and no error; stderr:\n%s", strings.Join(args, " "), err, stderr)
+		stdout, stderr, err := cli(t, nil, args...)
+		if err != nil || !strings.Contains(stdout, "-db") || stderr != "" {
+			t.Errorf("coinpulse %s: %v, want the flags (with -db) on stdout, nothing on stderr, and no error; stdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout, stderr)
 		}
+	}
+	// A mistake still shows them, on stderr.
+	if stdout, stderr, err := cli(t, nil, "serve", "--nope"); err == nil || stdout != "" || !strings.Contains(stderr, "-db") {
+		t.Errorf("serve --nope: %v; stdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 	}
 }
 
@@ -856,5 +873,29 @@ func TestServePortInUse(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the data dir exists after the failed start (%v)", err)
+	}
+}
+
+// The operator CLI's refusals of a value name the environment variable
+// that set it, as serve's do (an audit: "invalid tier: …" did not say
+// COINPULSE_TIER gave "gold").
+func TestCLIRefusalsNameTheirVariable(t *testing.T) {
+	db := "sqlite:" + filepath.Join(t.TempDir(), "c.db")
+	mustCLI(t, nil, "users", "create", "--email", "env@example.com", "--db", db)
+	for _, tt := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{map[string]string{"COINPULSE_TIER": "gold"}, []string{"users", "set-tier"}, `--tier "gold": must be one of free, premium, pro, enterprise, business (set by COINPULSE_TIER)`},
+		{nil, []string{"users", "set-tier", "--tier", "gold"}, `--tier "gold": must be one of free, premium, pro, enterprise, business`},
+		{map[string]string{"COINPULSE_PERMISSIONS": "admin"}, []string{"keys", "create"}, `--permissions "admin": must be a comma-separated list of read and write (set by COINPULSE_PERMISSIONS)`},
+		{map[string]string{"COINPULSE_EXPIRES": "2020-01-01T00:00:00Z"}, []string{"keys", "create"}, "--expires 2020-01-01T00:00:00Z is past: a key that expires then would never work (set by COINPULSE_EXPIRES)"},
+		{map[string]string{"COINPULSE_KEY": "sk_live_x"}, []string{"keys", "revoke", "--id", "2"}, "give exactly one of --id or --key (set in the environment: COINPULSE_KEY)"},
+	} {
+		_, stderr, err := cli(t, tt.env, append(tt.args, "--email", "env@example.com", "--db", db)...)
+		if got := strings.TrimSpace(stderr); err == nil || !strings.HasSuffix(err.Error(), tt.want) && !strings.HasSuffix(got, tt.want) {
+			t.Errorf("%v %v: %v (stderr %q), want it to end with %q", tt.env, tt.args, err, got, tt.want)
+		}
 	}
 }

@@ -103,6 +103,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, fmt.Errorf("--feed %q: only sim is available in this version", c.feed)
 	case c.refresh < 100*time.Millisecond:
 		return c, fmt.Errorf("--refresh %s: must be at least 100ms", c.refresh)
+	case c.refresh > 24*time.Hour:
+		return c, fmt.Errorf("--refresh %s: at most 24h (market data older than a day is not served as current)", c.refresh)
 	case c.shutdownTimeout < time.Second:
 		return c, fmt.Errorf("--shutdown-timeout %s: at least 1s, long enough to answer the calls in flight and write the metered ones", c.shutdownTimeout)
 	case c.writeTimeout < time.Second:
@@ -131,6 +133,18 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, fmt.Errorf("--billing-url %q: an http or https URL with a host, or a path on this server starting with /", c.billingURL)
 	case c.deliveryLease < minDeliveryLease:
 		return c, fmt.Errorf("--delivery-lease %s: at least %s, longer than a webhook attempt may take (%s), or a delivery would be sent twice at once", c.deliveryLease, minDeliveryLease, notify.DefaultTimeout)
+	}
+	if c.redis != "" {
+		// Checked before anything is opened: a typo must not first
+		// create or migrate a database.
+		if _, err := ratelimit.ClientOptions(c.redis); err != nil {
+			return c, fmt.Errorf("--redis: %w", err)
+		}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true }) // on the command line or from the environment
+	if c.smtp.TLS && set["smtp-starttls"] {
+		return c, fmt.Errorf("--smtp-starttls %q: not taken with --smtp-tls, whose connection is TLS from its start; give one of them", c.smtp.StartTLS)
 	}
 	if c.smtpPasswordFile != "" {
 		pw, err := notify.ReadPasswordFile(c.smtpPasswordFile)
