@@ -265,7 +265,7 @@ func (b *body) executedAt(now time.Time) time.Time {
 		return now
 	}
 	t, err := time.Parse(time.RFC3339Nano, upperTZ(s))
-	if err != nil {
+	if err != nil || !rfc3339Tail(upperTZ(s)) {
 		b.fail("executed_at", "must be an RFC 3339 timestamp such as 2026-01-02T15:04:05Z")
 		return now
 	}
@@ -274,6 +274,34 @@ func (b *body) executedAt(now time.Time) time.Time {
 		return now
 	}
 	return t.UTC()
+}
+
+// rfc3339Tail checks what time.Parse lets through of a timestamp it
+// parsed: after the seconds, RFC 3339 allows only a fraction after a "."
+// (not a ","), then Z or an offset of hours 00-23 and minutes 00-59
+// (time.Parse takes +24:00 and +00:60, and shifts the time by them).
+func rfc3339Tail(s string) bool {
+	if len(s) < 20 {
+		return false
+	}
+	rest := s[19:]
+	if rest[0] == '.' {
+		i := 1
+		for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
+			i++
+		}
+		if i == 1 {
+			return false
+		}
+		rest = rest[i:]
+	}
+	if rest == "Z" {
+		return true
+	}
+	digits := func(s string, below int) bool {
+		return s[0] >= '0' && s[0] <= '9' && s[1] >= '0' && s[1] <= '9' && int(s[0]-'0')*10+int(s[1]-'0') < below
+	}
+	return len(rest) == 6 && (rest[0] == '+' || rest[0] == '-') && rest[3] == ':' && digits(rest[1:3], 24) && digits(rest[4:6], 60)
 }
 
 // upperTZ capitalises the t and z that RFC 3339 (section 5.6) allows in

@@ -432,6 +432,11 @@ func TestPortfolioValidation(t *testing.T) {
 		{"missing price", "POST", holdings, `{"coin_id":"bitcoin","quantity":1}`, "buy_price"},
 		{"unknown coin", "POST", holdings, `{"coin_id":"no-such-coin","quantity":1,"buy_price":1}`, "coin_id"},
 		{"bad executed_at", "POST", holdings, `{"coin_id":"bitcoin","quantity":1,"buy_price":1,"executed_at":"yesterday"}`, "executed_at"},
+		// time.Parse takes these, and shifts the time (an audit).
+		{"offset of 24 hours", "POST", holdings, `{"coin_id":"bitcoin","quantity":1,"buy_price":1,"executed_at":"2026-01-02T10:00:00+24:00"}`, "executed_at"},
+		{"offset of 60 minutes", "POST", holdings, `{"coin_id":"bitcoin","quantity":1,"buy_price":1,"executed_at":"2026-01-02T10:00:00+00:60"}`, "executed_at"},
+		{"comma before the fraction", "POST", holdings, `{"coin_id":"bitcoin","quantity":1,"buy_price":1,"executed_at":"2026-01-02T10:00:00,5Z"}`, "executed_at"},
+		{"fraction without digits", "POST", holdings, `{"coin_id":"bitcoin","quantity":1,"buy_price":1,"executed_at":"2026-01-02T10:00:00.Z"}`, "executed_at"},
 		{"future executed_at", "POST", holdings, `{"coin_id":"bitcoin","quantity":1,"buy_price":1,"executed_at":"2999-01-01T00:00:00Z"}`, "executed_at"},
 		{"oversell", "POST", sellURL, `{"quantity":1.5,"sell_price":10}`, "quantity"},
 		{"sell price missing", "POST", sellURL, `{"quantity":0.5}`, "sell_price"},
