@@ -143,6 +143,12 @@ func (b *body) text(name string, required bool, min, max int) (s string, ok bool
 		b.fail(name, "must be a string")
 		return "", false
 	}
+	// Checked before the trim, which would take CR, VT, FF and NEL off the
+	// ends: they are refused wherever they are.
+	if strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\t' }) { // C0, DEL and C1
+		b.fail(name, "must not contain control characters")
+		return "", false
+	}
 	s = strings.TrimSpace(s)
 	n := utf8.RuneCountInString(s)
 	if n < min || n > max {
@@ -151,10 +157,6 @@ func (b *body) text(name string, required bool, min, max int) (s string, ok bool
 		} else {
 			b.fail(name, "must be at most "+strconv.Itoa(max)+" characters")
 		}
-		return "", false
-	}
-	if strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\t' }) { // C0, DEL and C1
-		b.fail(name, "must not contain control characters")
 		return "", false
 	}
 	return s, true

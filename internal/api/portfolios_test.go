@@ -423,6 +423,9 @@ func TestPortfolioValidation(t *testing.T) {
 		{"type given twice", "POST", "/api/v1/portfolio/transactions", fmt.Sprintf(`{"portfolio_id":%d,"coin_id":"bitcoin","type":"buy","quantity":0.5,"price":1,"type":"sell"}`, p.ID), "type"},
 		{"type given twice, once escaped", "POST", "/api/v1/portfolio/transactions", fmt.Sprintf(`{"portfolio_id":%d,"coin_id":"bitcoin","type":"buy","quantity":0.5,"price":1,"typ\u0065":"sell"}`, p.ID), "type"},
 		{"name given twice", "POST", "/api/v1/portfolio", `{"name":"a","name":"b"}`, "name"},
+		// Refused at the ends too, which the trim would take off (an audit).
+		{"control characters at the ends", "POST", "/api/v1/portfolio", `{"name":"\r\u000bX\u0085"}`, "name"},
+		{"form feed before a description", "POST", "/api/v1/portfolio", `{"name":"a","description":"\fD"}`, "description"},
 		{"a field where none is taken", "POST", fmt.Sprintf("/api/v1/portfolio/%d/sync", p.ID), `{"x":1}`, "x"},
 		{"bool quantity", "POST", holdings, `{"coin_id":"bitcoin","quantity":true,"buy_price":1}`, "quantity"},
 		{"huge quantity", "POST", holdings, `{"coin_id":"bitcoin","quantity":1e15,"buy_price":1}`, "quantity"},
