@@ -27,8 +27,9 @@ import (
 type body struct {
 	fields map[string]json.RawMessage
 	errs   []coinpulse.FieldError
-	// unavailable, when set, is what err returns whatever the fields: the
-	// request cannot be judged now (market data still loading).
+	// unavailable, when set, is what err returns if the fields are
+	// otherwise valid: the request cannot be judged now (market data still
+	// loading).
 	unavailable error
 }
 
@@ -98,13 +99,12 @@ func (b *body) fail(field, message string) {
 	b.errs = append(b.errs, coinpulse.FieldError{Field: field, Message: message})
 }
 
-// err returns the collected problems as one VALIDATION_ERROR, or nil.
+// err returns the collected problems as one VALIDATION_ERROR, or nil; or,
+// when there are none, the request's unavailability: a body that can never
+// succeed is told so at once, not after a retry.
 func (b *body) err() error {
-	if b.unavailable != nil {
-		return b.unavailable
-	}
 	if len(b.errs) == 0 {
-		return nil
+		return b.unavailable
 	}
 	e := &coinpulse.Error{Code: coinpulse.CodeValidation, Details: b.errs}
 	if len(b.errs) == 1 {

@@ -504,6 +504,10 @@ func portfoliosMatchSpec(t *testing.T, doc *openapi3.T, srv *Server) {
 		body: `{"coin_id":"bitcoin","quantity":1,"buy_price":1}`, status: http.StatusServiceUnavailable, code: coinpulse.CodeUnavailable}); res.Header.Get("Retry-After") != "5" {
 		t.Errorf("a buy while market data loads: Retry-After %q, want 5", res.Header.Get("Retry-After"))
 	}
+	// A body that can never succeed is told so at once (an audit: it was
+	// 503 too).
+	coldCall(specCall{method: "POST", route: "/portfolio/{id}/holdings", target: holdings, key: key,
+		body: `{"coin_id":"bitcoin","quantity":0,"buy_price":1}`, status: http.StatusUnprocessableEntity, code: coinpulse.CodeValidation, bodyInvalid: true})
 
 	// Errors.
 	badBodies := []struct{ method, route, target, body string }{
