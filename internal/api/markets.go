@@ -107,9 +107,11 @@ var cacheControlValues = func() [3601][]string {
 	return v
 }()
 
-// cacheControl lets private caches keep a response until the next refresh.
+// cacheControl lets private caches keep a response until the next
+// refresh: the whole seconds to it, rounded down, so that no cache keeps
+// it past the refresh.
 func cacheControl(untilRefresh time.Duration) []string {
-	secs := int(math.Max(0, math.Ceil(untilRefresh.Seconds())))
+	secs := int(math.Max(0, math.Floor(untilRefresh.Seconds())))
 	if secs < len(cacheControlValues) {
 		return cacheControlValues[secs]
 	}

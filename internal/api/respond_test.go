@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -98,6 +99,23 @@ func TestTruncateAtACharacter(t *testing.T) {
 	} {
 		if got := truncate(c.in, c.n); got != c.want || !utf8.ValidString(got) {
 			t.Errorf("truncate(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
+		}
+	}
+}
+
+// Cache-Control's max-age is the whole seconds to the next refresh,
+// rounded down, so that no cache keeps an answer past it (an audit: it
+// was rounded up).
+func TestCacheControlRoundsDown(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		1058 * time.Millisecond:  "private, max-age=1",
+		400 * time.Millisecond:   "private, max-age=0",
+		-time.Second:             "private, max-age=0",
+		59999 * time.Millisecond: "private, max-age=59",
+		2 * time.Hour:            "private, max-age=7200",
+	} {
+		if got := cacheControl(d); len(got) != 1 || got[0] != want {
+			t.Errorf("cacheControl(%s) = %q, want %q", d, got, want)
 		}
 	}
 }
