@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -1129,5 +1130,42 @@ func alertsMatchSpec(t *testing.T, doc *openapi3.T, srv *Server) {
 				t.Errorf("the walk never saw %s %s succeed", method, path)
 			}
 		}
+	}
+}
+
+// The document's example coins add up as the server's do: market_cap is
+// current_price × circulating_supply (an audit: bitcoin's differed by 28
+// million dollars from its price and supply).
+func TestOpenAPIExampleMarketCaps(t *testing.T) {
+	var doc any
+	if err := json.Unmarshal(OpenAPI(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			price, ok1 := v["current_price"].(float64)
+			supply, ok2 := v["circulating_supply"].(float64)
+			mc, ok3 := v["market_cap"].(float64)
+			if ok1 && ok2 && ok3 {
+				n++
+				if want := price * supply; math.Abs(mc-want) > 0.01*math.Max(1, want/1e12) {
+					t.Errorf("example %v: market_cap %.2f, but current_price × circulating_supply is %.2f", v["id"], mc, want)
+				}
+			}
+			for _, e := range v {
+				walk(e)
+			}
+		case []any:
+			for _, e := range v {
+				walk(e)
+			}
+		}
+	}
+	walk(doc)
+	if n < 5 {
+		t.Errorf("checked %d example coins, want the document's (at least 5)", n)
 	}
 }
