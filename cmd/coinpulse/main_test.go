@@ -899,3 +899,21 @@ func TestCLIRefusalsNameTheirVariable(t *testing.T) {
 		}
 	}
 }
+
+// The key hints serve prints name the command the operator ran: go run's
+// for a binary built by go run, else the binary as invoked (an audit: a
+// released binary printed "go run ./cmd/coinpulse", which needs the
+// source).
+func TestCLICommand(t *testing.T) {
+	for arg0, want := range map[string]string{
+		"/tmp/go-build123/b001/exe/coinpulse": "go run ./cmd/coinpulse",
+		"coinpulse":                           "coinpulse",
+		"./coinpulse":                         "./coinpulse",
+		"/opt/my apps/coinpulse":              "'/opt/my apps/coinpulse'",
+		"/opt/it's/coinpulse":                 `'/opt/it'\''s/coinpulse'`,
+	} {
+		if got := cliCommand(arg0); got != want {
+			t.Errorf("cliCommand(%q) = %q, want %q", arg0, got, want)
+		}
+	}
+}

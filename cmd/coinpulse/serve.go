@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -604,6 +605,19 @@ func (l *redisLog) Printf(_ context.Context, format string, v ...any) {
 	l.log.Warn("redis client: "+strings.TrimSpace(fmt.Sprintf(format, v...)), "suppressed_since_last", n)
 }
 
+// cliCommand is how the operator runs the CLI of the binary invoked as
+// arg0: "go run ./cmd/coinpulse" under go run (whose binary is built in a
+// temporary go-build directory), else the command as invoked.
+func cliCommand(arg0 string) string {
+	if strings.Contains(filepath.ToSlash(arg0), "/go-build") {
+		return "go run ./cmd/coinpulse"
+	}
+	if strings.ContainsAny(arg0, " '\"$") {
+		return "'" + strings.ReplaceAll(arg0, "'", `'\''`) + "'"
+	}
+	return arg0
+}
+
 // DemoEmail is the account serve creates on a fresh database.
 const DemoEmail = "demo@coinpulse.local"
 
@@ -614,9 +628,13 @@ func demoAccount(ctx context.Context, store coinpulse.Store, base string, cfg se
 	dbArg := ""
 	if cfg.db != "" {
 		dbArg = " --db '" + describeDB(cfg.db, cfg.dataDir) + "'"
+		if describeDB(cfg.db, cfg.dataDir) != cfg.db {
+			dbArg += " (with your password in place of xxxxx)"
+		}
 	} else if cfg.dataDir != defaultDataDir {
 		dbArg = " --data-dir '" + cfg.dataDir + "'"
 	}
+	cli := cliCommand(os.Args[0])
 	// Only a fresh database (one without users) gets the account: an
 	// operator who started without it (--demo=false) must not find a pro
 	// account with live keys added by a later start that left the flag out.
@@ -626,18 +644,18 @@ func demoAccount(ctx context.Context, store coinpulse.Store, base string, cfg se
 	}
 	if has {
 		if _, err := store.UserByEmail(ctx, DemoEmail); err == nil {
-			fmt.Fprintf(stdout, "\nCoinpulse is starting on %s (demo account %s).\nCreate a key for it with:\n  go run ./cmd/coinpulse keys create --email %s%s\nthen: curl -H \"Authorization: Bearer <key>\" %s/api/v1/markets?per_page=5\n\n", base, DemoEmail, DemoEmail, dbArg, base)
+			fmt.Fprintf(stdout, "\nCoinpulse is starting on %s (demo account %s).\nCreate a key for it with:\n  %s keys create --email %s%s\nthen: curl -H \"Authorization: Bearer <key>\" \"%s/api/v1/markets?per_page=5\"\n\n", base, DemoEmail, cli, DemoEmail, dbArg, base)
 			return nil
 		} else if !coinpulse.IsNotFound(err) {
 			return err
 		}
-		fmt.Fprintf(stdout, "\nCoinpulse is starting on %s (no demo account: --demo makes one only on a fresh database).\nCreate a key for an account with:\n  go run ./cmd/coinpulse keys create --email <e-mail>%s\n\n", base, dbArg)
+		fmt.Fprintf(stdout, "\nCoinpulse is starting on %s (no demo account: --demo makes one only on a fresh database).\nCreate a key for an account with:\n  %s keys create --email <e-mail>%s\n\n", base, cli, dbArg)
 		return nil
 	}
 	u := &coinpulse.User{Email: DemoEmail, Tier: coinpulse.TierPro}
 	if err := store.CreateUser(ctx, u); coinpulse.ErrorCode(err) == coinpulse.CodeConflict {
 		// Another node starting on the same new database made it first.
-		fmt.Fprintf(stdout, "\nCoinpulse is starting on %s (demo account %s, made by another node).\nCreate a key for it with:\n  go run ./cmd/coinpulse keys create --email %s%s\n\n", base, DemoEmail, DemoEmail, dbArg)
+		fmt.Fprintf(stdout, "\nCoinpulse is starting on %s (demo account %s, made by another node).\nCreate a key for it with:\n  %s keys create --email %s%s\n\n", base, DemoEmail, cli, DemoEmail, dbArg)
 		return nil
 	} else if err != nil {
 		return err
@@ -663,9 +681,9 @@ Try it (market data is ready a few seconds after the first start):
   curl -H "Authorization: Bearer %s" "%s/api/v1/markets?per_page=5"
 
 API docs: %s/docs
-More keys: go run ./cmd/coinpulse keys create --email %s%s
+More keys: %s keys create --email %s%s
 
-`, base, DemoEmail, live, test, test, base, base, DemoEmail, dbArg)
+`, base, DemoEmail, live, test, test, base, base, cli, DemoEmail, dbArg)
 	return nil
 }
 
