@@ -179,7 +179,30 @@ func TestResponsesMatchSpec(t *testing.T) {
 			t.Errorf("%s: %d %s", path, rec.Code, rec.Header().Get("Content-Type"))
 		}
 	}
+	// Requests no route took, and the dashboard's, are counted too (an
+	// audit: they were left out).
+	dash := New(Config{Store: shared.store, Market: srv.market, Log: quiet,
+		Dashboard: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })})
+	for _, r := range []*http.Request{
+		httptest.NewRequest("GET", "/nope", nil),
+		httptest.NewRequest("POST", "/api/v1/markets", nil),
+		httptest.NewRequest("PUT", "/api/v1/portfolio/transactions", nil),
+		httptest.NewRequest("GET", "/user/api/login", nil),
+	} {
+		dash.Handler().ServeHTTP(httptest.NewRecorder(), r)
+	}
 	rec := httptest.NewRecorder()
+	dash.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{
+		`coinpulse_http_requests_total{route="unmatched",status="404"} 1`,
+		`coinpulse_http_requests_total{route="unmatched",status="405"} 2`,
+		`coinpulse_http_requests_total{route="/user/api",status="418"} 1`,
+	} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	rec = httptest.NewRecorder()
 	srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	for _, want := range []string{
 		`coinpulse_http_requests_total{route="/api/v1/markets",status="200"}`,

@@ -113,6 +113,9 @@ type Server struct {
 	// portfolios keeps encoded portfolios by version and snapshot.
 	portfolios *portfolioCache
 	metrics    *metrics
+	// unmatched and dashboardObs count the requests no route took (404,
+	// 405, a redirect to the clean path) and the dashboard's.
+	unmatched, dashboardObs *routeMetrics
 
 	limiter       coinpulse.Limiter
 	sandboxLimits coinpulse.Limits
@@ -318,6 +321,7 @@ func New(cfg Config) *Server {
 	s.portfolios = newPortfolioCache(32 << 20)
 	s.metrics = newMetrics()
 	s.metrics.watch(s)
+	s.unmatched, s.dashboardObs = s.metrics.route("unmatched"), s.metrics.route("/user/api")
 	s.routes = s.routeTable()
 	for _, rt := range s.routes {
 		if rt.Path == "/ws" {
@@ -717,12 +721,14 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.dashboard != nil && (r.URL.Path == "/user/api" || strings.HasPrefix(r.URL.Path, "/user/api/")) {
 		s.dashboard.ServeHTTP(e, r)
+		s.dashboardObs.observe(e.status, time.Since(e.start))
 		return
 	}
 	// A path that is not clean ("//", "." or ".." segments) has a pattern
 	// but gets ServeMux's redirect, in HTML: unrouted answers it in JSON.
 	if _, pattern := s.mux.Handler(r); pattern == "" || r.Method != http.MethodConnect && !isCleanPath(r.URL.Path) {
 		s.unrouted(e, r)
+		s.unmatched.observe(e.status, time.Since(e.start))
 		return
 	}
 	s.mux.ServeHTTP(e, r)
@@ -782,6 +788,7 @@ func (s *Server) unrouted(e *exchange, r *http.Request) {
 func (s *Server) notAllowed(e *exchange, r *http.Request, allow string) {
 	s.peekIfKeyed(e, r)
 	s.methodNotAllowed(e, r, allow)
+	s.unmatched.observe(e.status, time.Since(e.start))
 }
 
 // peekIfKeyed gives an answer no route made the rate-limit headers when
