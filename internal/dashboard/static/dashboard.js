@@ -1,6 +1,16 @@
 // Coinpulse dashboard: the new-key page's copy button, and its entry in
-// the history. Everything else works without JavaScript.
+// the history; pages are not restored from the back-forward cache.
+// Everything else works without JavaScript.
 "use strict";
+// A page restored from the back-forward cache would show what the server
+// no longer shows: a key shown once, or the account after logging out
+// (Chromium may keep even pages sent with Cache-Control: no-store). Ask
+// the server again instead.
+window.addEventListener("pageshow", function (e) {
+  if (e.persisted) {
+    window.location.reload();
+  }
+});
 document.addEventListener("DOMContentLoaded", function () {
   var button = document.getElementById("copy-key");
   var key = document.getElementById("new-key");
@@ -37,4 +47,9 @@ document.addEventListener("DOMContentLoaded", function () {
     }
   });
   key.addEventListener("focus", function () { key.select(); });
+  // Nor is the key kept in the page once it is left.
+  window.addEventListener("pagehide", function () {
+    key.value = "";
+    key.textContent = "";
+  });
 });
