@@ -441,21 +441,34 @@ func lockHolding(ctx context.Context, tx pgx.Tx, o coinpulse.Owner, t coinpulse.
 // DeleteHolding deletes the owner's holding id; its transactions stay. A
 // holding the owner does not have is a RESOURCE_NOT_FOUND error.
 func (db *DB) DeleteHolding(ctx context.Context, o coinpulse.Owner, id int64) error {
-	tag, err := db.pool.Exec(ctx, `
-		WITH gone AS (
-			DELETE FROM holdings h USING portfolios p
-			WHERE h.id = $1 AND p.id = h.portfolio_id AND p.user_id = $2 AND p.mode = $3
-			RETURNING h.portfolio_id
-		)
-		UPDATE portfolios SET version = version + 1, updated_at = $4 WHERE id IN (SELECT portfolio_id FROM gone)`,
-		id, o.UserID, o.Mode, truncate(db.now()))
-	if err != nil {
-		return fmt.Errorf("postgres: delete holding: %w", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return coinpulse.ErrHoldingNotFound(id)
-	}
-	return nil
+	// The portfolio's row first, then the holding's, as Trade locks
+	// them: the other order deadlocks against a trade on the holding.
+	return db.Transact(ctx, func(tx pgx.Tx) error {
+		var portfolioID int64
+		err := tx.QueryRow(ctx, `
+			SELECT p.id FROM portfolios p JOIN holdings h ON h.portfolio_id = p.id
+			WHERE h.id = $1 AND p.user_id = $2 AND p.mode = $3
+			FOR UPDATE OF p`,
+			id, o.UserID, o.Mode).Scan(&portfolioID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return coinpulse.ErrHoldingNotFound(id)
+		}
+		if err != nil {
+			return fmt.Errorf("postgres: delete holding: lock portfolio: %w", err)
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM holdings WHERE id = $1 AND portfolio_id = $2`, id, portfolioID)
+		if err != nil {
+			return fmt.Errorf("postgres: delete holding: %w", err)
+		}
+		if tag.RowsAffected() == 0 { // deleted while we waited
+			return coinpulse.ErrHoldingNotFound(id)
+		}
+		_, err = tx.Exec(ctx, `UPDATE portfolios SET version = version + 1, updated_at = $2 WHERE id = $1`, portfolioID, truncate(db.now()))
+		if err != nil {
+			return fmt.Errorf("postgres: delete holding: %w", err)
+		}
+		return nil
+	})
 }
 
 const txColumns = `id, portfolio_id, holding_id, coin_id, coin_symbol, type, quantity::text, price::text, total::text,

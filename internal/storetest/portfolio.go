@@ -1174,6 +1174,61 @@ func testConcurrentTradeTimes(t *testing.T, s coinpulse.Store) {
 	}
 }
 
+// A holding deleted while trades on it run: every call succeeds or finds
+// the holding gone, and none fails otherwise (an audit: on PostgreSQL the
+// delete locked the holding and then the portfolio, a trade the other
+// way round, and the two deadlocked).
+func testDeleteHoldingWhileTrading(t *testing.T, s coinpulse.Store) {
+	u := newUser(t, s, "delete-while-trading@example.com")
+	o := live(u)
+	p := newPortfolio(t, s, o, "Main")
+	for round := range 10 {
+		h, _ := trade(t, s, o, p.ID, "solana", time.Time{}, ledger.BuyFunc(lot("100", "2")))
+		const traders = 12
+		errs := make([]error, traders+1)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range traders {
+			wg.Go(func() {
+				<-start
+				tr := coinpulse.Trade{HoldingID: h.ID}
+				apply := ledger.SellFunc(lot("1", "2"))
+				if i%2 == 0 { // a buy of the coin: the same holding, by coin
+					tr, apply = coinTrade(p.ID, "solana", time.Time{}), ledger.BuyFunc(lot("1", "2"))
+				}
+				_, _, errs[i] = s.Trade(t.Context(), o, tr, apply)
+			})
+		}
+		wg.Go(func() {
+			<-start
+			errs[traders] = s.DeleteHolding(t.Context(), o, h.ID)
+		})
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil && !coinpulse.IsNotFound(err) {
+				t.Fatalf("round %d, call %d: %v", round, i, err)
+			}
+		}
+		if errs[traders] != nil {
+			t.Fatalf("round %d: the delete: %v", round, errs[traders])
+		}
+		// A buy after the delete may have made the coin's holding again.
+		if got, err := s.Portfolio(t.Context(), o, p.ID); err == nil {
+			for _, h2 := range got.Holdings {
+				if h2.ID == h.ID {
+					t.Fatalf("round %d: holding %d is still there", round, h.ID)
+				}
+				if err := s.DeleteHolding(t.Context(), o, h2.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+		} else {
+			t.Fatal(err)
+		}
+	}
+}
+
 // An owner's portfolios page by cursor, oldest first (all created at t0
 // here: by id), each with all its holdings: the limit counts portfolios,
 // not the rows the join makes of their holdings.

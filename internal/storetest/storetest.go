@@ -71,6 +71,7 @@ func Run(t *testing.T, open func(t *testing.T) coinpulse.Store) {
 		{"Portfolios/ConcurrentSells", testConcurrentSells},
 		{"Portfolios/ConcurrentFirstBuys", testConcurrentBuys},
 		{"Portfolios/ConcurrentTradeTimes", testConcurrentTradeTimes},
+		{"Portfolios/DeleteHoldingWhileTrading", testDeleteHoldingWhileTrading},
 		{"Usage/RoundTrip", testUsageRoundTrip},
 		{"Usage/RecentNewestFirst", testUsageRecent},
 		{"Usage/RecentByTime", testUsageRecentByTime},
