@@ -2,6 +2,7 @@ package coinpulse
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -159,8 +160,11 @@ type PortfolioStore interface {
 	// newest (by ExecutedAt, then ID) first, and their total count.
 	Transactions(ctx context.Context, o Owner, portfolioID int64, pg TxPage) ([]Transaction, int, error)
 	// RecordValue appends a value point and sets the portfolio's SyncedAt
-	// to v.At.
-	RecordValue(ctx context.Context, o Owner, portfolioID int64, v ValuePoint) error
+	// to v.At. With version > 0 it does so only while the portfolio's
+	// Version is still version, waiting for a change in progress, and else
+	// fails with ErrPortfolioChanged: the point then describes the
+	// portfolio as it is.
+	RecordValue(ctx context.Context, o Owner, portfolioID int64, version int64, v ValuePoint) error
 	// ValueHistory returns a portfolio's value points at or after from,
 	// oldest first.
 	ValueHistory(ctx context.Context, o Owner, portfolioID int64, from time.Time) ([]ValuePoint, error)
@@ -204,6 +208,10 @@ func ErrTxCursor(id int64) error {
 func ErrPortfolioNotFound(id int64) error {
 	return Errorf(CodeNotFound, "No portfolio %d.", id)
 }
+
+// ErrPortfolioChanged is RecordValue's error when the portfolio changed
+// since the version the point was computed from.
+var ErrPortfolioChanged = errors.New("the portfolio changed")
 
 // ErrHoldingNotFound is RESOURCE_NOT_FOUND for a holding.
 func ErrHoldingNotFound(id int64) error {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"math"
 	"net/http"
 	"strconv"
@@ -433,24 +434,39 @@ func (s *Server) syncPortfolio(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	o := owner(w)
-	p, err := s.store.Portfolio(r.Context(), o, id)
-	if err != nil {
-		return err
+	// The point describes the portfolio as it is when recorded: a trade
+	// that changed it meanwhile (its version) has it computed again.
+	for attempt := 1; ; attempt++ {
+		p, err := s.store.Portfolio(r.Context(), o, id)
+		if err != nil {
+			return err
+		}
+		v := viewPortfolio(p, snap)
+		if h := v.unpriced(); h != nil {
+			return coinpulse.Errorf(coinpulse.CodeConflict,
+				"Holding %d (%s) has no market price now, so the portfolio's value cannot be recorded; sync again once the coin is priced, or sell the holding first.", h.ID, h.CoinID)
+		}
+		now := s.clock().UTC().Truncate(time.Microsecond)
+		point := coinpulse.ValuePoint{At: now, TotalValue: decimal.Decimal(*v.TotalValue), TotalCost: decimal.Decimal(v.TotalCost)}
+		err = s.store.RecordValue(r.Context(), o, id, p.Version, point)
+		if errors.Is(err, coinpulse.ErrPortfolioChanged) {
+			if attempt < syncAttempts {
+				continue
+			}
+			return coinpulse.Errorf(coinpulse.CodeConflict, "The portfolio changed %d times while its value was being recorded; sync again once its trades have settled.", attempt)
+		}
+		if err != nil {
+			return err
+		}
+		v.SyncedAt = &now
+		m := s.pricedMeta(w, snap)
+		return writeData(w, http.StatusOK, v, &m)
 	}
-	v := viewPortfolio(p, snap)
-	if h := v.unpriced(); h != nil {
-		return coinpulse.Errorf(coinpulse.CodeConflict,
-			"Holding %d (%s) has no market price now, so the portfolio's value cannot be recorded; sync again once the coin is priced, or sell the holding first.", h.ID, h.CoinID)
-	}
-	now := s.clock().UTC().Truncate(time.Microsecond)
-	point := coinpulse.ValuePoint{At: now, TotalValue: decimal.Decimal(*v.TotalValue), TotalCost: decimal.Decimal(v.TotalCost)}
-	if err := s.store.RecordValue(r.Context(), o, id, point); err != nil {
-		return err
-	}
-	v.SyncedAt = &now
-	m := s.pricedMeta(w, snap)
-	return writeData(w, http.StatusOK, v, &m)
 }
+
+// syncAttempts is how many times a sync computes a portfolio's value
+// before giving up on one that trades keep changing.
+const syncAttempts = 20
 
 // valuePointView is one point of GET /portfolio/{id}/history.
 type valuePointView struct {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -604,5 +605,64 @@ func TestPortfolioConcurrentSells(t *testing.T) {
 	got := want[jsonPortfolio](t, do(t, srv, "GET", fmt.Sprintf("/api/v1/portfolio/%d", p.ID), key), http.StatusOK)
 	if string(got.Holdings[0].Quantity) != "0" || string(got.RealizedProfitLoss) != "10" {
 		t.Errorf("after the race: quantity %s, realised %s; want 0 and 10", got.Holdings[0].Quantity, got.RealizedProfitLoss)
+	}
+}
+
+// A sync's point describes the portfolio as it is at the point's time,
+// trades racing it included: its total cost is that of the trades made
+// before it (an audit: a point read the portfolio, then trades committed,
+// then it was stamped after them; a buys-only history went down).
+func TestSyncPointsAreNotStale(t *testing.T) {
+	t.Parallel()
+	srv := testServer(t)
+	key := proKey(t)
+	p := newPortfolio(t, srv, key, "Racing")
+	base := fmt.Sprintf("/api/v1/portfolio/%d", p.ID)
+	want[jsonTrade](t, send(t, srv, "POST", base+"/holdings", key, `{"coin_id":"ethereum","quantity":1,"buy_price":1}`), http.StatusCreated)
+	var wg sync.WaitGroup
+	var synced atomic.Int64
+	for i := range 90 {
+		wg.Go(func() {
+			if i%3 == 0 {
+				if res := send(t, srv, "POST", base+"/sync", key, ""); res.Status == http.StatusOK {
+					synced.Add(1)
+				} else if res.Status != http.StatusConflict {
+					t.Errorf("sync: %d %s", res.Status, res.Raw)
+				}
+				return
+			}
+			if res := send(t, srv, "POST", base+"/holdings", key, `{"coin_id":"ethereum","quantity":1,"buy_price":1}`); res.Status != http.StatusCreated {
+				t.Errorf("buy: %d %s", res.Status, res.Raw)
+			}
+		})
+	}
+	wg.Wait()
+	txs := want[[]jsonTransaction](t, do(t, srv, "GET", base+"/transactions?per_page=100", key), http.StatusOK)
+	hist := want[struct {
+		Points []struct {
+			Timestamp time.Time   `json:"timestamp"`
+			TotalCost json.Number `json:"total_cost"`
+		} `json:"points"`
+	}](t, do(t, srv, "GET", base+"/history?days=1", key), http.StatusOK)
+	if len(txs) != 61 || int64(len(hist.Points)) != synced.Load() || synced.Load() == 0 {
+		t.Fatalf("%d transactions, %d points for %d syncs; want 61 and a point a sync", len(txs), len(hist.Points), synced.Load())
+	}
+	for _, pt := range hist.Points {
+		before, atOrBefore := 0, 0 // trades made before the point, and at or before it
+		for _, tx := range txs {
+			at, err := time.Parse(time.RFC3339Nano, tx.ExecutedAt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if at.Before(pt.Timestamp) {
+				before++
+			}
+			if !at.After(pt.Timestamp) {
+				atOrBefore++
+			}
+		}
+		if cost, _ := pt.TotalCost.Int64(); cost < int64(before) || cost > int64(atOrBefore) {
+			t.Errorf("the point at %s has a total cost of %s, but %d buys of 1 were made before it (%d at or before)", pt.Timestamp.Format(time.RFC3339Nano), pt.TotalCost, before, atOrBefore)
+		}
 	}
 }

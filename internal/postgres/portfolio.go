@@ -574,17 +574,24 @@ func (db *DB) Transactions(ctx context.Context, o coinpulse.Owner, portfolioID i
 // RecordValue stores v (its time truncated to microseconds) as a point of
 // the owner's portfolio's value history, replacing a point at the same
 // time, and sets the portfolio's SyncedAt to v.At (not its UpdatedAt). A
-// portfolio the owner does not have is a RESOURCE_NOT_FOUND error.
-func (db *DB) RecordValue(ctx context.Context, o coinpulse.Owner, portfolioID int64, v coinpulse.ValuePoint) error {
+// portfolio the owner does not have is a RESOURCE_NOT_FOUND error. With
+// version > 0, a portfolio whose version is no longer version (the UPDATE
+// waits for a trade holding its row, then sees its version) is
+// ErrPortfolioChanged.
+func (db *DB) RecordValue(ctx context.Context, o coinpulse.Owner, portfolioID, version int64, v coinpulse.ValuePoint) error {
 	at := truncate(v.At)
 	return db.Transact(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE portfolios SET synced_at = $1, version = version + 1 WHERE id = $2 AND user_id = $3 AND mode = $4`,
-			at, portfolioID, o.UserID, o.Mode)
+		var now int64 // the version after this update, of the row as last committed
+		err := tx.QueryRow(ctx, `UPDATE portfolios SET synced_at = $1, version = version + 1 WHERE id = $2 AND user_id = $3 AND mode = $4 RETURNING version`,
+			at, portfolioID, o.UserID, o.Mode).Scan(&now)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return coinpulse.ErrPortfolioNotFound(portfolioID)
+		}
 		if err != nil {
 			return fmt.Errorf("postgres: record value: %w", err)
 		}
-		if tag.RowsAffected() == 0 {
-			return coinpulse.ErrPortfolioNotFound(portfolioID)
+		if version > 0 && now-1 != version {
+			return coinpulse.ErrPortfolioChanged // the transaction rolls back
 		}
 		_, err = tx.Exec(ctx, `
 			INSERT INTO portfolio_values (portfolio_id, at, total_value, total_cost) VALUES ($1, $2, $3, $4)

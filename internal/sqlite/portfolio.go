@@ -563,19 +563,23 @@ func (db *DB) Transactions(ctx context.Context, o coinpulse.Owner, portfolioID i
 // RecordValue stores v (its time truncated to microseconds) as a point of
 // the owner's portfolio's value history, replacing a point at the same
 // time, and sets the portfolio's SyncedAt to v.At (not its UpdatedAt). A
-// portfolio the owner does not have is a RESOURCE_NOT_FOUND error.
-func (db *DB) RecordValue(ctx context.Context, o coinpulse.Owner, portfolioID int64, v coinpulse.ValuePoint) error {
+// portfolio the owner does not have is a RESOURCE_NOT_FOUND error. With
+// version > 0, a portfolio whose version is no longer version is
+// ErrPortfolioChanged (writers take turns: a trade in progress ends first).
+func (db *DB) RecordValue(ctx context.Context, o coinpulse.Owner, portfolioID, version int64, v coinpulse.ValuePoint) error {
 	at := micros(truncate(v.At))
 	return db.Transact(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE portfolios SET synced_at = ?, version = version + 1 WHERE id = ? AND user_id = ? AND mode = ?`,
-			at, portfolioID, o.UserID, o.Mode)
+		var now int64 // the version after this update
+		err := tx.QueryRowContext(ctx, `UPDATE portfolios SET synced_at = ?, version = version + 1 WHERE id = ? AND user_id = ? AND mode = ? RETURNING version`,
+			at, portfolioID, o.UserID, o.Mode).Scan(&now)
+		if errors.Is(err, sql.ErrNoRows) {
+			return coinpulse.ErrPortfolioNotFound(portfolioID)
+		}
 		if err != nil {
 			return fmt.Errorf("sqlite: record value: %w", err)
 		}
-		if n, err := res.RowsAffected(); err != nil {
-			return fmt.Errorf("sqlite: record value: %w", err)
-		} else if n == 0 {
-			return coinpulse.ErrPortfolioNotFound(portfolioID)
+		if version > 0 && now-1 != version {
+			return coinpulse.ErrPortfolioChanged // the transaction rolls back
 		}
 		_, err = tx.ExecContext(ctx, `
 			INSERT INTO portfolio_values (portfolio_id, at, total_value, total_cost) VALUES (?, ?, ?, ?)

@@ -199,7 +199,7 @@ func testPortfolioOwnerScoping(t *testing.T, s coinpulse.Store) {
 	o := live(u)
 	p := newPortfolio(t, s, o, "Main")
 	h, _ := trade(t, s, o, p.ID, "bitcoin", t0, ledger.BuyFunc(lot("1", "50000")))
-	if err := s.RecordValue(ctx, o, p.ID, coinpulse.ValuePoint{At: t0, TotalValue: d("50000"), TotalCost: d("50000")}); err != nil {
+	if err := s.RecordValue(ctx, o, p.ID, 0, coinpulse.ValuePoint{At: t0, TotalValue: d("50000"), TotalCost: d("50000")}); err != nil {
 		t.Fatalf("RecordValue: %v", err)
 	}
 	before := getPortfolio(t, s, o, p.ID)
@@ -230,7 +230,7 @@ func testPortfolioOwnerScoping(t *testing.T, s coinpulse.Store) {
 			wantCode(t, s.DeleteHolding(ctx, other, h.ID), coinpulse.CodeNotFound)
 			_, _, err = s.Transactions(ctx, other, p.ID, coinpulse.TxPage{Limit: 10})
 			wantCode(t, err, coinpulse.CodeNotFound)
-			err = s.RecordValue(ctx, other, p.ID, coinpulse.ValuePoint{At: t0.Add(time.Hour), TotalValue: d("1"), TotalCost: d("1")})
+			err = s.RecordValue(ctx, other, p.ID, 0, coinpulse.ValuePoint{At: t0.Add(time.Hour), TotalValue: d("1"), TotalCost: d("1")})
 			wantCode(t, err, coinpulse.CodeNotFound)
 			_, err = s.ValueHistory(ctx, other, p.ID, t0.Add(-time.Hour))
 			wantCode(t, err, coinpulse.CodeNotFound)
@@ -426,7 +426,7 @@ func testDeletePortfolio(t *testing.T, s coinpulse.Store) {
 	keep := newPortfolio(t, s, o, "Kept")
 	h, _ := trade(t, s, o, p.ID, "bitcoin", t0, ledger.BuyFunc(lot("1", "100")))
 	kh, _ := trade(t, s, o, keep.ID, "bitcoin", t0, ledger.BuyFunc(lot("2", "100")))
-	if err := s.RecordValue(ctx, o, p.ID, coinpulse.ValuePoint{At: t0, TotalValue: d("1"), TotalCost: d("1")}); err != nil {
+	if err := s.RecordValue(ctx, o, p.ID, 0, coinpulse.ValuePoint{At: t0, TotalValue: d("1"), TotalCost: d("1")}); err != nil {
 		t.Fatalf("RecordValue: %v", err)
 	}
 
@@ -811,13 +811,13 @@ func testValueHistory(t *testing.T, s coinpulse.Store) {
 			TotalValue: d(fmt.Sprintf("%d.123456789012345678", 1000+i)),
 			TotalCost:  d("1000"),
 		}
-		if err := s.RecordValue(ctx, o, p.ID, v); err != nil {
+		if err := s.RecordValue(ctx, o, p.ID, 0, v); err != nil {
 			t.Fatalf("RecordValue: %v", err)
 		}
 		v.At = us(v.At)
 		recorded = append(recorded, v)
 	}
-	if err := s.RecordValue(ctx, o, other.ID, coinpulse.ValuePoint{At: t0, TotalValue: d("5"), TotalCost: d("5")}); err != nil {
+	if err := s.RecordValue(ctx, o, other.ID, 0, coinpulse.ValuePoint{At: t0, TotalValue: d("5"), TotalCost: d("5")}); err != nil {
 		t.Fatalf("RecordValue: %v", err)
 	}
 	got := getPortfolio(t, s, o, p.ID)
@@ -854,10 +854,27 @@ func testValueHistory(t *testing.T, s coinpulse.Store) {
 		}
 	}
 
+	// With a version, a point is recorded only while the portfolio is as
+	// it was at that version: after a trade it is ErrPortfolioChanged, and
+	// nothing is recorded.
+	cur := getPortfolio(t, s, o, p.ID)
+	trade(t, s, o, p.ID, "ethereum", t0, ledger.BuyFunc(lot("1", "1")))
+	stale := coinpulse.ValuePoint{At: t0.Add(time.Hour), TotalValue: d("1"), TotalCost: d("1")}
+	if err := s.RecordValue(ctx, o, p.ID, cur.Version, stale); !errors.Is(err, coinpulse.ErrPortfolioChanged) {
+		t.Fatalf("RecordValue at a version before a trade: %v, want ErrPortfolioChanged", err)
+	}
+	cur = getPortfolio(t, s, o, p.ID)
+	if err := s.RecordValue(ctx, o, p.ID, cur.Version, stale); err != nil {
+		t.Fatalf("RecordValue at the current version: %v", err)
+	}
+	if err := s.RecordValue(ctx, o, 1<<40, cur.Version, stale); !coinpulse.IsNotFound(err) {
+		t.Errorf("RecordValue of no portfolio, with a version: %v, want RESOURCE_NOT_FOUND", err)
+	}
+
 	// A point at a time already recorded replaces it; SyncedAt follows the
 	// latest call.
 	again := coinpulse.ValuePoint{At: recorded[1].At, TotalValue: d("7"), TotalCost: d("8")}
-	if err := s.RecordValue(ctx, o, p.ID, again); err != nil {
+	if err := s.RecordValue(ctx, o, p.ID, 0, again); err != nil {
 		t.Fatalf("RecordValue again: %v", err)
 	}
 	points, err = s.ValueHistory(ctx, o, p.ID, recorded[1].At)
@@ -915,7 +932,7 @@ func testPortfolioDecimals(t *testing.T, s coinpulse.Store) {
 
 	// Value points too.
 	v := coinpulse.ValuePoint{At: t0, TotalValue: d(product), TotalCost: d("12345678901234567890.123456789012345678")}
-	if err := s.RecordValue(ctx, o, p.ID, v); err != nil {
+	if err := s.RecordValue(ctx, o, p.ID, 0, v); err != nil {
 		t.Fatalf("RecordValue: %v", err)
 	}
 	points, err := s.ValueHistory(ctx, o, p.ID, t0.Add(-time.Hour))
@@ -1118,7 +1135,7 @@ func testPortfolioVersion(t *testing.T, s coinpulse.Store) {
 		t.Fatal(err)
 	}
 	check("renamed", true)
-	if err := s.RecordValue(ctx, o, p.ID, coinpulse.ValuePoint{At: t0, TotalValue: d("5"), TotalCost: d("5")}); err != nil {
+	if err := s.RecordValue(ctx, o, p.ID, 0, coinpulse.ValuePoint{At: t0, TotalValue: d("5"), TotalCost: d("5")}); err != nil {
 		t.Fatal(err)
 	}
 	check("synced", true)
