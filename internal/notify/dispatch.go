@@ -47,7 +47,8 @@ type DispatchOptions struct {
 	Lease time.Duration
 	// Workers is how many deliveries are sent at once (default 32).
 	Workers int
-	// Batch is how many deliveries one claim takes (default 128).
+	// Batch is the most deliveries one claim takes (default 128); it takes
+	// no more than there are Workers free.
 	Batch int
 	// Clock is the time of attempts (default time.Now).
 	Clock func() time.Time
@@ -138,7 +139,22 @@ func (d *Dispatcher) Run(ctx context.Context) {
 		for ctx.Err() == nil {
 			n := 0
 			for _, kind := range []coinpulse.DeliveryKind{coinpulse.KindWebhook, coinpulse.KindEmail} {
-				ds, err := d.store.ClaimDeliveries(ctx, kind, d.clock(), d.opts.Lease, d.opts.Batch)
+				// Claim no more than the workers free to send them now: a
+				// claimed delivery waiting for a worker would hold its
+				// lease idle, and past the lease another node would send
+				// it too. Only this loop takes workers, so as many as are
+				// free now stay free until it does.
+				free := d.opts.Workers - len(sem)
+				if free == 0 {
+					select { // wait for one to finish
+					case sem <- struct{}{}:
+						<-sem
+					case <-ctx.Done():
+						return
+					}
+					free = d.opts.Workers - len(sem)
+				}
+				ds, err := d.store.ClaimDeliveries(ctx, kind, d.clock(), d.opts.Lease, min(d.opts.Batch, max(free, 1)))
 				if err != nil {
 					if ctx.Err() == nil {
 						d.log.Error("claim deliveries", "kind", kind, "err", err)

@@ -2,11 +2,14 @@ package notify_test
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,5 +77,89 @@ func TestDispatcherLogsARefusedAddress(t *testing.T) {
 	}
 	if n := hits.Load(); n != 0 {
 		t.Errorf("the receiver got %d requests", n)
+	}
+}
+
+// claimWatch is a store that counts the deliveries claimed and not yet
+// recorded, keeping the most there were at once.
+type claimWatch struct {
+	*sqlite.DB
+	mu               sync.Mutex
+	outstanding, max int
+}
+
+func (c *claimWatch) ClaimDeliveries(ctx context.Context, kind coinpulse.DeliveryKind, now time.Time, lease time.Duration, n int) ([]coinpulse.Delivery, error) {
+	ds, err := c.DB.ClaimDeliveries(ctx, kind, now, lease, n)
+	c.mu.Lock()
+	c.outstanding += len(ds)
+	c.max = max(c.max, c.outstanding)
+	c.mu.Unlock()
+	return ds, err
+}
+
+func (c *claimWatch) RecordAttempt(ctx context.Context, id int64, a coinpulse.Attempt) error {
+	c.mu.Lock()
+	c.outstanding--
+	c.mu.Unlock()
+	return c.DB.RecordAttempt(ctx, id, a)
+}
+
+// A node claims no more deliveries than it has workers free to send: a
+// delivery claimed to wait in the node would lose its lease meanwhile, and
+// another node would send it too (a multi-node audit: with the shortest
+// lease, healthy nodes sent 140 of 400 webhooks twice).
+func TestDispatcherClaimsOnlyWhatItCanSend(t *testing.T) {
+	ctx := context.Background()
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "d.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	recv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { time.Sleep(50 * time.Millisecond) }))
+	defer recv.Close()
+	u := &coinpulse.User{Email: "ops@example.com", Tier: coinpulse.TierEnterprise}
+	if err := db.CreateUser(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	o := coinpulse.Owner{UserID: u.ID, Mode: coinpulse.ModeLive}
+	secret, _ := notify.NewSecret()
+	wh := &coinpulse.Webhook{Owner: o, URL: recv.URL, Events: []string{coinpulse.EventAlertTriggered}, Secret: secret}
+	if err := db.CreateWebhook(ctx, wh, -1); err != nil {
+		t.Fatal(err)
+	}
+	const deliveries = 12
+	for i := range deliveries {
+		del := &coinpulse.Delivery{Kind: coinpulse.KindWebhook, Owner: o, EndpointID: wh.ID, EventID: fmt.Sprint("msg_", i), EventType: coinpulse.EventWebhookTest,
+			Payload: []byte(`{"type":"webhook.test"}`)}
+		if err := db.EnqueueDelivery(ctx, del); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store := &claimWatch{DB: db}
+	d := notify.NewDispatcher(store, notify.NewSender(notify.SenderOptions{AllowPrivate: true}), nil, slog.New(slog.NewTextHandler(io.Discard, nil)),
+		notify.DispatchOptions{Poll: 10 * time.Millisecond, Workers: 3, Batch: 128})
+	dctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { d.Run(dctx); close(done) }()
+	defer func() { stop(); <-done }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		ds, err := db.Deliveries(ctx, o, wh.ID, 100)
+		sent := 0
+		for _, del := range ds {
+			if del.Status == coinpulse.DeliveryDelivered {
+				sent++
+			}
+		}
+		if err == nil && sent == deliveries {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d delivered after 10 s (%v)", sent, deliveries, err)
+		}
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if store.max > 3 {
+		t.Errorf("the dispatcher held %d deliveries claimed at once with 3 workers", store.max)
 	}
 }
