@@ -553,8 +553,22 @@ func TestKeys(t *testing.T) {
 		t.Fatalf("revoke page: %d\n%s", p.status, p.body)
 	}
 	wantRedirect(t, c.post(fmt.Sprintf("/user/api/keys/%d/revoke", k.ID), url.Values{}, fmt.Sprintf("/user/api/keys/%d/revoke", k.ID)), fmt.Sprintf("/user/api?revoked=%d", k.ID))
-	if p := c.get(fmt.Sprintf("/user/api?revoked=%d", k.ID)); !strings.Contains(p.body, fmt.Sprintf(`id="notice" class="notice" role="status">Key #%d is revoked`, k.ID)) {
-		t.Errorf("no revocation notice on the dashboard:\n%s", p.body)
+	if p := c.get(fmt.Sprintf("/user/api?revoked=%d", k.ID)); !strings.Contains(p.body, `id="notice" class="notice" role="status">The key &#34;`+k.Name+`&#34; (`+k.Display()+`) is revoked`) {
+		t.Errorf("no revocation notice naming the key on the dashboard:\n%s", p.body)
+	}
+	// The notice believes only the account's keys: not an active one, nor
+	// one it does not have (an audit: it named any number).
+	var active int64
+	all, _ := e.store.KeysByUser(context.Background(), u.ID)
+	for _, k2 := range all {
+		if k2.RevokedAt == nil {
+			active = k2.ID
+		}
+	}
+	for _, id := range []int64{active, 1 << 40} {
+		if p := c.get(fmt.Sprintf("/user/api?revoked=%d", id)); strings.Contains(p.body, `id="notice"`) {
+			t.Errorf("?revoked=%d: a notice", id)
+		}
 	}
 	// From the next request on: not at the next poll of the auth epoch.
 	if res := apiCall(e, secret); res != http.StatusUnauthorized {
@@ -1189,6 +1203,38 @@ func TestUpgradePromptFollowsThePlans(t *testing.T) {
 		}
 		if strings.Contains(body, "basic endpoints") || strings.Contains(body, "none calls") {
 			t.Errorf("%s under pro-only.json: the default free plan's prompt", c2.tier)
+		}
+	}
+}
+
+// An expired subscription is told with a way to renew it, the operator's
+// billing page when there is one, and nothing left this month (an audit:
+// the page said the account was expired, offered nothing, and showed
+// 10,000 calls left).
+func TestExpiredSubscriptionOffersRenewal(t *testing.T) {
+	for _, billing := range []string{"https://billing.example.com/renew", ""} {
+		e := newEnv(t, billing)
+		c := e.client()
+		wantRedirect(t, c.signup("lapsed@example.com", pw), "/user/api")
+		u, err := e.store.UserByEmail(context.Background(), "lapsed@example.com")
+		if err != nil {
+			t.Fatal(err)
+		}
+		past := e.clock().Add(-time.Hour)
+		if err := e.store.SetUserTier(context.Background(), u.ID, coinpulse.TierPro, &past); err != nil {
+			t.Fatal(err)
+		}
+		body := c.get("/user/api").body
+		want := []string{`id="renew" class="notice">Your subscription has expired`, `id="allowance-left">none while the subscription has expired<`}
+		if billing != "" {
+			want = append(want, `<a href="`+billing+`" id="renew-link">Renew it</a>`)
+		} else {
+			want = append(want, "To renew it, contact the operator of this service.")
+		}
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				t.Errorf("billing %q: the page lacks %s", billing, w)
+			}
 		}
 	}
 }

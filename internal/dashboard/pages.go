@@ -117,7 +117,18 @@ func (d *Dashboard) dashboardPage(w http.ResponseWriter, r *http.Request) {
 	}
 	notice := ""
 	if id, err := strconv.ParseInt(r.URL.Query().Get("revoked"), 10, 64); err == nil && id > 0 {
-		notice = "Key #" + strconv.FormatInt(id, 10) + " is revoked: every request made with it is refused from now on."
+		// Only a key of the account that is revoked: the address is
+		// anyone's to type.
+		keys, err := d.store.KeysByUser(r.Context(), a.user.ID)
+		if err != nil {
+			d.serverError(w, r, err)
+			return
+		}
+		for _, k := range keys {
+			if k.ID == id && k.RevokedAt != nil {
+				notice = fmt.Sprintf("The key %q (%s) is revoked: every request made with it is refused from now on.", k.Name, k.Display())
+			}
+		}
 	}
 	d.showDashboardNotice(w, r, a, http.StatusOK, "", notice, keyForm{Read: true, Mode: "live"})
 }

@@ -403,7 +403,7 @@ func newDailyChart(days []coinpulse.DayUsage) dailyChart {
 	}
 	c.Max = "peak " + formatInt(peak)
 	if peak == 0 {
-		c.Max = "no calls yet"
+		c.Max = "no counted calls yet"
 	}
 	peak = max(peak, 1)
 	step := chartWidth / max(len(days), 1)
