@@ -390,7 +390,7 @@ type bar struct {
 
 const (
 	chartWidth  = 600
-	chartHeight = 180
+	chartHeight = 190 // the axis at 160, the dates' labels below it
 	chartTop    = 20
 	chartBottom = 160
 )
