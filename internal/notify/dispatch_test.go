@@ -20,20 +20,18 @@ import (
 	"coinpulse/internal/testlog"
 )
 
-// A delivery the sender refuses to send to a non-public address (an
-// endpoint registered while private addresses were allowed, or a name
-// that now resolves inside) is recorded in the delivery log, retried, and
-// logged for the operator.
-func TestDispatcherLogsARefusedAddress(t *testing.T) {
+// newWebhookEnv makes a store with an account whose one webhook endpoint
+// is a receiver answering with receive, and n test events queued for it.
+func newWebhookEnv(t *testing.T, n int, receive http.HandlerFunc) (*sqlite.DB, coinpulse.Owner, *coinpulse.Webhook) {
+	t.Helper()
 	ctx := context.Background()
 	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "d.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	var hits atomic.Int32
-	recv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
-	defer recv.Close()
+	t.Cleanup(func() { db.Close() })
+	recv := httptest.NewServer(receive)
+	t.Cleanup(recv.Close)
 	u := &coinpulse.User{Email: "ops@example.com", Tier: coinpulse.TierEnterprise}
 	if err := db.CreateUser(ctx, u); err != nil {
 		t.Fatal(err)
@@ -44,11 +42,24 @@ func TestDispatcherLogsARefusedAddress(t *testing.T) {
 	if err := db.CreateWebhook(ctx, wh, -1); err != nil {
 		t.Fatal(err)
 	}
-	del := &coinpulse.Delivery{Kind: coinpulse.KindWebhook, Owner: o, EndpointID: wh.ID, EventID: "msg_1", EventType: coinpulse.EventWebhookTest,
-		Payload: []byte(`{"type":"webhook.test"}`)}
-	if err := db.EnqueueDelivery(ctx, del); err != nil {
-		t.Fatal(err)
+	for i := range n {
+		del := &coinpulse.Delivery{Kind: coinpulse.KindWebhook, Owner: o, EndpointID: wh.ID, EventID: fmt.Sprint("msg_", i+1), EventType: coinpulse.EventWebhookTest,
+			Payload: []byte(`{"type":"webhook.test"}`)}
+		if err := db.EnqueueDelivery(ctx, del); err != nil {
+			t.Fatal(err)
+		}
 	}
+	return db, o, wh
+}
+
+// A delivery the sender refuses to send to a non-public address (an
+// endpoint registered while private addresses were allowed, or a name
+// that now resolves inside) is recorded in the delivery log, retried, and
+// logged for the operator.
+func TestDispatcherLogsARefusedAddress(t *testing.T) {
+	ctx := context.Background()
+	var hits atomic.Int32
+	db, o, wh := newWebhookEnv(t, 1, func(http.ResponseWriter, *http.Request) { hits.Add(1) })
 	var logs testlog.Buffer
 	d := notify.NewDispatcher(db, notify.NewSender(notify.SenderOptions{}), nil, slog.New(slog.NewTextHandler(&logs, nil)),
 		notify.DispatchOptions{Poll: 10 * time.Millisecond})
@@ -110,31 +121,8 @@ func (c *claimWatch) RecordAttempt(ctx context.Context, id int64, a coinpulse.At
 // lease, healthy nodes sent 140 of 400 webhooks twice).
 func TestDispatcherClaimsOnlyWhatItCanSend(t *testing.T) {
 	ctx := context.Background()
-	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "d.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	recv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { time.Sleep(50 * time.Millisecond) }))
-	defer recv.Close()
-	u := &coinpulse.User{Email: "ops@example.com", Tier: coinpulse.TierEnterprise}
-	if err := db.CreateUser(ctx, u); err != nil {
-		t.Fatal(err)
-	}
-	o := coinpulse.Owner{UserID: u.ID, Mode: coinpulse.ModeLive}
-	secret, _ := notify.NewSecret()
-	wh := &coinpulse.Webhook{Owner: o, URL: recv.URL, Events: []string{coinpulse.EventAlertTriggered}, Secret: secret}
-	if err := db.CreateWebhook(ctx, wh, -1); err != nil {
-		t.Fatal(err)
-	}
 	const deliveries = 12
-	for i := range deliveries {
-		del := &coinpulse.Delivery{Kind: coinpulse.KindWebhook, Owner: o, EndpointID: wh.ID, EventID: fmt.Sprint("msg_", i), EventType: coinpulse.EventWebhookTest,
-			Payload: []byte(`{"type":"webhook.test"}`)}
-		if err := db.EnqueueDelivery(ctx, del); err != nil {
-			t.Fatal(err)
-		}
-	}
+	db, o, wh := newWebhookEnv(t, deliveries, func(http.ResponseWriter, *http.Request) { time.Sleep(50 * time.Millisecond) })
 	store := &claimWatch{DB: db}
 	d := notify.NewDispatcher(store, notify.NewSender(notify.SenderOptions{AllowPrivate: true}), nil, slog.New(slog.NewTextHandler(io.Discard, nil)),
 		notify.DispatchOptions{Poll: 10 * time.Millisecond, Workers: 3, Batch: 128})
