@@ -127,6 +127,11 @@ const MaxKeyName = 64
 // key name, 1 to MaxKeyName printable characters, else a VALIDATION_ERROR
 // on field "name". The dashboard and the CLI both hold names to it.
 func CheckKeyName(name string) (string, error) {
+	// Control characters are refused wherever they are: the trim would
+	// take CR, VT, FF and NEL off the ends.
+	if strings.IndexFunc(name, func(r rune) bool { return unicode.IsControl(r) }) >= 0 {
+		return "", ValidationError("name", "A key name cannot contain control characters.")
+	}
 	name = strings.TrimSpace(name)
 	switch {
 	case name == "":

@@ -80,9 +80,9 @@ func parseExpiry(s string) (*time.Time, error) {
 	if s == "" {
 		return nil, nil
 	}
-	t, err := time.Parse(time.RFC3339, s)
+	t, err := coinpulse.ParseTimestamp(s)
 	if err != nil {
-		return nil, fmt.Errorf("--expires must be an RFC 3339 time such as 2027-01-31T00:00:00Z: %w", err)
+		return nil, fmt.Errorf("--expires %q: not an RFC 3339 time such as 2027-01-31T00:00:00Z", s)
 	}
 	t = t.UTC()
 	return &t, nil

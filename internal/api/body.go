@@ -266,8 +266,8 @@ func (b *body) executedAt(now time.Time) time.Time {
 		b.fail("executed_at", "must be an RFC 3339 timestamp such as 2026-01-02T15:04:05Z")
 		return now
 	}
-	t, err := time.Parse(time.RFC3339Nano, upperTZ(s))
-	if err != nil || !rfc3339Tail(upperTZ(s)) {
+	t, err := coinpulse.ParseTimestamp(s)
+	if err != nil {
 		b.fail("executed_at", "must be an RFC 3339 timestamp such as 2026-01-02T15:04:05Z")
 		return now
 	}
@@ -276,46 +276,6 @@ func (b *body) executedAt(now time.Time) time.Time {
 		return now
 	}
 	return t.UTC()
-}
-
-// rfc3339Tail checks what time.Parse lets through of a timestamp it
-// parsed: after the seconds, RFC 3339 allows only a fraction after a "."
-// (not a ","), then Z or an offset of hours 00-23 and minutes 00-59
-// (time.Parse takes +24:00 and +00:60, and shifts the time by them).
-func rfc3339Tail(s string) bool {
-	if len(s) < 20 {
-		return false
-	}
-	rest := s[19:]
-	if rest[0] == '.' {
-		i := 1
-		for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
-			i++
-		}
-		if i == 1 {
-			return false
-		}
-		rest = rest[i:]
-	}
-	if rest == "Z" {
-		return true
-	}
-	digits := func(s string, below int) bool {
-		return s[0] >= '0' && s[0] <= '9' && s[1] >= '0' && s[1] <= '9' && int(s[0]-'0')*10+int(s[1]-'0') < below
-	}
-	return len(rest) == 6 && (rest[0] == '+' || rest[0] == '-') && rest[3] == ':' && digits(rest[1:3], 24) && digits(rest[4:6], 60)
-}
-
-// upperTZ capitalises the t and z that RFC 3339 (section 5.6) allows in
-// lower case, which time.Parse does not take: 2026-01-02t15:04:05z.
-func upperTZ(s string) string {
-	if len(s) > 10 && s[10] == 't' {
-		s = s[:10] + "T" + s[11:]
-	}
-	if n := len(s); n > 0 && s[n-1] == 'z' {
-		s = s[:n-1] + "Z"
-	}
-	return s
 }
 
 // DefaultBodyTimeout is how long a client may take, by default, to send a
