@@ -434,13 +434,15 @@ func (s *Server) syncPortfolio(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	o := owner(w)
+	p, err := s.store.Portfolio(r.Context(), o, id)
+	if err != nil {
+		return err
+	}
 	// The point describes the portfolio as it is when recorded: a trade
-	// that changed it meanwhile (its version) has it computed again.
-	for attempt := 1; ; attempt++ {
-		p, err := s.store.Portfolio(r.Context(), o, id)
-		if err != nil {
-			return err
-		}
+	// that changed it meanwhile (its version) has it valued again. Another
+	// sync or a rename changes the version but not the holdings, and is
+	// not counted against the tries.
+	for attempt, loops := 1, 0; ; loops++ {
 		v := viewPortfolio(p, snap)
 		if h := v.unpriced(); h != nil {
 			return coinpulse.Errorf(coinpulse.CodeConflict,
@@ -450,10 +452,18 @@ func (s *Server) syncPortfolio(w http.ResponseWriter, r *http.Request) error {
 		point := coinpulse.ValuePoint{At: now, TotalValue: decimal.Decimal(*v.TotalValue), TotalCost: decimal.Decimal(v.TotalCost)}
 		err = s.store.RecordValue(r.Context(), o, id, p.Version, point)
 		if errors.Is(err, coinpulse.ErrPortfolioChanged) {
-			if attempt < syncAttempts {
-				continue
+			cur, err := s.store.Portfolio(r.Context(), o, id)
+			if err != nil {
+				return err
 			}
-			return coinpulse.Errorf(coinpulse.CodeConflict, "The portfolio changed %d times while its value was being recorded; sync again once its trades have settled.", attempt)
+			if !sameHoldings(p, cur) {
+				attempt++
+			}
+			if attempt > syncAttempts || loops >= 50*syncAttempts {
+				return coinpulse.Errorf(coinpulse.CodeConflict, "The portfolio's trades changed it %d times while its value was being recorded; sync again once they have settled.", attempt-1)
+			}
+			p = cur
+			continue
 		}
 		if err != nil {
 			return err
@@ -464,9 +474,24 @@ func (s *Server) syncPortfolio(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
-// syncAttempts is how many times a sync computes a portfolio's value
-// before giving up on one that trades keep changing.
+// syncAttempts is how many times a sync values a portfolio before giving
+// up on one that trades keep changing.
 const syncAttempts = 20
+
+// sameHoldings reports whether a and b hold the same: a point of one is
+// a point of the other.
+func sameHoldings(a, b *coinpulse.Portfolio) bool {
+	if len(a.Holdings) != len(b.Holdings) {
+		return false
+	}
+	for i, h := range a.Holdings {
+		g := b.Holdings[i]
+		if h.ID != g.ID || h.CoinID != g.CoinID || !h.Quantity.Equal(g.Quantity) || !h.TotalCost.Equal(g.TotalCost) {
+			return false
+		}
+	}
+	return true
+}
 
 // valuePointView is one point of GET /portfolio/{id}/history.
 type valuePointView struct {

@@ -666,3 +666,30 @@ func TestSyncPointsAreNotStale(t *testing.T) {
 		}
 	}
 }
+
+// Syncs racing each other (or a rename) change the portfolio's version but
+// not its holdings: none of them is refused (a review: each counted the
+// others' points as changes, and could run out of tries).
+func TestConcurrentSyncsAllRecord(t *testing.T) {
+	t.Parallel()
+	srv := testServer(t)
+	key := proKey(t)
+	p := newPortfolio(t, srv, key, "Synced")
+	base := fmt.Sprintf("/api/v1/portfolio/%d", p.ID)
+	want[jsonTrade](t, send(t, srv, "POST", base+"/holdings", key, `{"coin_id":"ethereum","quantity":1,"buy_price":1}`), http.StatusCreated)
+	var wg sync.WaitGroup
+	for i := range 60 {
+		wg.Go(func() {
+			var res *response
+			if i%10 == 0 {
+				res = send(t, srv, "PATCH", base, key, fmt.Sprintf(`{"name":"Synced %d"}`, i))
+			} else {
+				res = send(t, srv, "POST", base+"/sync", key, "")
+			}
+			if res.Status != http.StatusOK {
+				t.Errorf("call %d: %d %s", i, res.Status, res.Raw)
+			}
+		})
+	}
+	wg.Wait()
+}
