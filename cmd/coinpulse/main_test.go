@@ -479,8 +479,7 @@ func TestServeRejectsBadConfig(t *testing.T) {
 		// An audit's: a database in memory, a refresh past a day, STARTTLS
 		// with implicit TLS.
 		{"serve", "--db", "sqlite::memory:"},
-		{"serve", "--db", "sqlite:"},
-		{"serve", "--db", "file:x.db?mode=memory"},
+		{"serve", "--db", "sqlite:file:x.db"},
 		{"serve", "--refresh", "25h"},
 		{"serve", "--smtp-host", "mail.example.com", "--smtp-from", "a@example.com", "--smtp-tls", "--smtp-starttls", "opportunistic"},
 		{"users", "create", "--email", "m@example.com", "--db", "sqlite::memory:"},
@@ -698,6 +697,13 @@ func TestUsersExpiryInThePast(t *testing.T) {
 	if _, _, err := cli(t, env, "users", "set-tier", "--email", "ann@example.com", "--tier", "pro", "--expires", "2020-01-01T00:00:00Z"); coinpulse.ErrorCode(err) != coinpulse.CodeValidation || !strings.Contains(err.Error(), "--expires now") {
 		t.Errorf("users set-tier with a past expiry: %v, want VALIDATION_ERROR naming --expires now", err)
 	}
+	// What time.Parse takes and RFC 3339 does not: +24:00 would have
+	// meant a day earlier (a review).
+	for _, exp := range []string{"2099-01-31T00:00:00+24:00", "2099-01-31T00:00:00+00:60", "2099-01-31T1:00:00Z"} {
+		if _, _, err := cli(t, env, "users", "set-tier", "--email", "ann@example.com", "--tier", "pro", "--expires", exp); err == nil || !strings.Contains(err.Error(), "not an RFC 3339 time") {
+			t.Errorf("--expires %s: %v, want it refused", exp, err)
+		}
+	}
 	mustCLI(t, env, "users", "set-tier", "--email", "ann@example.com", "--tier", "pro", "--expires", "now")
 	store, err := openStore(t.Context(), env["COINPULSE_DB"], "", false)
 	if err != nil {
@@ -717,7 +723,9 @@ func TestKeysCreateChecksTheName(t *testing.T) {
 	if _, _, err := cli(t, env, "keys", "create", "--email", "ann@example.com", "--expires", "2020-01-01T00:00:00Z"); coinpulse.ErrorCode(err) != coinpulse.CodeValidation {
 		t.Errorf("a key expiring in the past: %v, want VALIDATION_ERROR", err)
 	}
-	for _, name := range []string{"", "  ", "a\tb", "a\nb", strings.Repeat("n", coinpulse.MaxKeyName+1)} {
+	// Control characters are refused at the ends too (a review: the trim
+	// took them off).
+	for _, name := range []string{"", "  ", "a\tb", "a\nb", strings.Repeat("n", coinpulse.MaxKeyName+1), "\r\vmy key\u0085\f"} {
 		if _, _, err := cli(t, env, "keys", "create", "--email", "ann@example.com", "--name", name); coinpulse.ErrorCode(err) != coinpulse.CodeValidation {
 			t.Errorf("--name %q: %v, want VALIDATION_ERROR", name, err)
 		}

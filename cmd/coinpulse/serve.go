@@ -628,7 +628,7 @@ func demoAccount(ctx context.Context, store coinpulse.Store, base string, cfg se
 	dbArg := ""
 	if cfg.db != "" {
 		dbArg = " --db '" + describeDB(cfg.db, cfg.dataDir) + "'"
-		if describeDB(cfg.db, cfg.dataDir) != cfg.db {
+		if strings.Contains(describeDB(cfg.db, cfg.dataDir), "xxxxx") {
 			dbArg += " (with your password in place of xxxxx)"
 		}
 	} else if cfg.dataDir != defaultDataDir {

@@ -412,6 +412,10 @@ func (s *Server) simulatedRefusal(e *exchange, r *http.Request) {
 	}
 	v, err := s.limiter.Peek(r.Context(), e.principal.sandbox, s.sandboxLimits)
 	if err != nil {
+		// No headers rather than the check's, which show calls left.
+		for _, k := range rateLimitKeys {
+			delete(e.Header(), k)
+		}
 		return
 	}
 	now := s.decidedAt(&v)

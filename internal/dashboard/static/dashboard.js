@@ -7,9 +7,17 @@
 // (Chromium may keep even pages sent with Cache-Control: no-store). Ask
 // the server again instead.
 window.addEventListener("pageshow", function (e) {
-  if (e.persisted) {
-    window.location.reload();
+  if (!e.persisted) {
+    return;
   }
+  // By GET, never by sending a form again: the pages that answer a form
+  // post (a key created, or refused) stand at an address only a post
+  // reaches, so they go to the dashboard.
+  var path = window.location.pathname;
+  if (path === "/user/api/keys" || path === "/user/api/logout") {
+    path = "/user/api";
+  }
+  window.location.replace(path);
 });
 document.addEventListener("DOMContentLoaded", function () {
   var button = document.getElementById("copy-key");
