@@ -113,6 +113,10 @@ type conn struct {
 	// Serve's goroutine only.
 	invalidCount int
 	invalidSince time.Time
+	// budget is how many messages the client may send now (see pace),
+	// as of budgetAt; read by the reader alone.
+	budget   float64
+	budgetAt time.Time
 
 	// writeLoop only.
 	seq uint64
@@ -337,6 +341,7 @@ func (c *conn) readLoop() error {
 			return errNotUTF8
 		}
 		c.waitForRoom()
+		c.pace()
 		var m ClientMessage
 		switch {
 		case n > MaxMessageBytes:
@@ -348,6 +353,30 @@ func (c *conn) readLoop() error {
 		}
 		c.handle(m, err)
 	}
+}
+
+// pace holds a client message until the connection's budget allows it:
+// MessageBurst at once, then MessageRate a second. The messages wait
+// unread; the client is not dropped for sending fast.
+func (c *conn) pace() {
+	now := time.Now()
+	if c.budgetAt.IsZero() {
+		c.budget, c.budgetAt = c.hub.cfg.MessageBurst, now
+	}
+	c.budget = min(c.hub.cfg.MessageBurst, c.budget+now.Sub(c.budgetAt).Seconds()*c.hub.cfg.MessageRate)
+	c.budgetAt = now
+	if c.budget < 1 {
+		wait := time.Duration((1 - c.budget) / c.hub.cfg.MessageRate * float64(time.Second))
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-c.done:
+			return
+		}
+		c.budget, c.budgetAt = 1, time.Now()
+	}
+	c.budget--
 }
 
 // waitForRoom holds the next client message while the send queue is more

@@ -121,7 +121,9 @@
 //     write: the socket is closed without a close frame, since the
 //     message being written cannot be finished;
 //   - it sends more than 60 invalid messages within a minute: an error,
-//     then 1008 "too many invalid messages";
+//     then 1008 "too many invalid messages" (its messages are also paced,
+//     without a close: 20 at once, then 10 a second, the next ones waiting
+//     unread; see Config.MessageRate);
 //   - a message exceeds 64 KiB: 1009 (message too big), without an error
 //     message (between 16 and 64 KiB: a PAYLOAD_TOO_LARGE error only);
 //   - its key or account no longer passes (the API calls DisconnectKey):

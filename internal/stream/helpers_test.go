@@ -80,6 +80,9 @@ func newEnv(t testing.TB, cfg Config) *env {
 	if cfg.Authenticate == nil {
 		cfg.Authenticate = testAuthenticate
 	}
+	if cfg.MessageRate == 0 { // the tests send many messages at once; TestMessagesArePaced paces them
+		cfg.MessageRate, cfg.MessageBurst = 1e9, 1e9
+	}
 	e := &env{hub: NewHub(cfg), errs: make(chan error, 10000)}
 	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var p *Principal

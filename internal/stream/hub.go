@@ -43,6 +43,8 @@ const (
 	DefaultAuthTimeout        = 10 * time.Second
 	DefaultWriteTimeout       = 10 * time.Second
 	DefaultMaxInvalidMessages = 60
+	DefaultMessageRate        = 10
+	DefaultMessageBurst       = 20
 )
 
 // Config configures a Hub. Zero fields take the defaults.
@@ -82,6 +84,12 @@ type Config struct {
 	// within a minute (default 60); one more closes it with status 1008
 	// and reason "too many invalid messages".
 	MaxInvalidMessages int
+	// MessageRate and MessageBurst pace what a client sends (defaults 10
+	// a second, 20 at once): past the burst, its next message is read
+	// only once the rate allows, so that one connection cannot take the
+	// server's CPU with a stream of subscriptions of 1,000 coins.
+	MessageRate  float64
+	MessageBurst float64
 	// OriginPatterns, when not empty, restricts the browser origins
 	// allowed to connect (host patterns as in
 	// websocket.AcceptOptions.OriginPatterns). Empty: any origin, which is
@@ -153,6 +161,12 @@ func NewHub(cfg Config) *Hub {
 	}
 	if cfg.MaxInvalidMessages <= 0 {
 		cfg.MaxInvalidMessages = DefaultMaxInvalidMessages
+	}
+	if cfg.MessageRate <= 0 {
+		cfg.MessageRate = DefaultMessageRate
+	}
+	if cfg.MessageBurst < 1 {
+		cfg.MessageBurst = DefaultMessageBurst
 	}
 	log := cfg.Log
 	if log == nil {

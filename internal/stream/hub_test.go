@@ -766,3 +766,25 @@ func TestProtocolViolationsClose(t *testing.T) {
 		})
 	}
 }
+
+// A client's messages are paced: MessageBurst at once, then MessageRate
+// a second, each waiting unread; none is refused or lost (a security
+// audit: a stream of 1,000-coin subscriptions took the server's CPU).
+func TestMessagesArePaced(t *testing.T) {
+	e := newEnv(t, Config{Heartbeat: -1, MessageRate: 20, MessageBurst: 5})
+	c := e.dialWelcome(t, "sk_user1_live")
+	const n = 25
+	start := time.Now()
+	for i := range n {
+		c.send(fmt.Sprintf(`{"type":"ping","id":%d}`, i))
+	}
+	for i := range n {
+		if m := c.expect("pong"); m["id"] != float64(i) {
+			t.Fatalf("pong %d: %v", i, m)
+		}
+	}
+	// 5 at once, then 20 more at 20 a second: about a second.
+	if took := time.Since(start); took < 900*time.Millisecond {
+		t.Errorf("%d messages answered in %s, want about 1 s at 20 a second past a burst of 5", n, took)
+	}
+}
