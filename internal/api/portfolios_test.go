@@ -614,11 +614,7 @@ func TestPortfolioConcurrentSells(t *testing.T) {
 // then it was stamped after them; a buys-only history went down).
 func TestSyncPointsAreNotStale(t *testing.T) {
 	t.Parallel()
-	srv := testServer(t)
-	key := proKey(t)
-	p := newPortfolio(t, srv, key, "Racing")
-	base := fmt.Sprintf("/api/v1/portfolio/%d", p.ID)
-	want[jsonTrade](t, send(t, srv, "POST", base+"/holdings", key, `{"coin_id":"ethereum","quantity":1,"buy_price":1}`), http.StatusCreated)
+	srv, key, base := holdingOneEther(t, "Racing")
 	var wg sync.WaitGroup
 	var synced atomic.Int64
 	for i := range 90 {
@@ -667,16 +663,24 @@ func TestSyncPointsAreNotStale(t *testing.T) {
 	}
 }
 
+// holdingOneEther makes a portfolio named name that holds 1 ether bought
+// at 1, and returns its server, key and path.
+func holdingOneEther(t *testing.T, name string) (*Server, string, string) {
+	t.Helper()
+	srv := testServer(t)
+	key := proKey(t)
+	p := newPortfolio(t, srv, key, name)
+	base := fmt.Sprintf("/api/v1/portfolio/%d", p.ID)
+	want[jsonTrade](t, send(t, srv, "POST", base+"/holdings", key, `{"coin_id":"ethereum","quantity":1,"buy_price":1}`), http.StatusCreated)
+	return srv, key, base
+}
+
 // Syncs racing each other (or a rename) change the portfolio's version but
 // not its holdings: none of them is refused (a review: each counted the
 // others' points as changes, and could run out of tries).
 func TestConcurrentSyncsAllRecord(t *testing.T) {
 	t.Parallel()
-	srv := testServer(t)
-	key := proKey(t)
-	p := newPortfolio(t, srv, key, "Synced")
-	base := fmt.Sprintf("/api/v1/portfolio/%d", p.ID)
-	want[jsonTrade](t, send(t, srv, "POST", base+"/holdings", key, `{"coin_id":"ethereum","quantity":1,"buy_price":1}`), http.StatusCreated)
+	srv, key, base := holdingOneEther(t, "Synced")
 	var wg sync.WaitGroup
 	for i := range 60 {
 		wg.Go(func() {
