@@ -480,6 +480,7 @@ func TestServeRejectsBadConfig(t *testing.T) {
 		// with implicit TLS.
 		{"serve", "--db", "sqlite::memory:"},
 		{"serve", "--db", "sqlite:file:x.db"},
+		{"serve", "--trusted-proxies", "10.0.0.0/8,proxy.internal"},
 		{"serve", "--refresh", "25h"},
 		{"serve", "--smtp-host", "mail.example.com", "--smtp-from", "a@example.com", "--smtp-tls", "--smtp-starttls", "opportunistic"},
 		{"users", "create", "--email", "m@example.com", "--db", "sqlite::memory:"},

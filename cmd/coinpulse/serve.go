@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/signal"
@@ -49,6 +50,7 @@ type serveConfig struct {
 	plans                    map[coinpulse.Tier]coinpulse.Plan
 	plansFile, redis, limits string
 	billingURL               string
+	trustedProxies           []netip.Prefix
 	redisPrefix              string
 	meterInterval            time.Duration
 	sandbox                  coinpulse.Limits // the abuse limit
@@ -79,6 +81,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
 	fs.BoolVar(&c.demo, "demo", true, "on a fresh database, create a demo account and print its keys")
 	fs.StringVar(&c.billingURL, "billing-url", "", "where the dashboard's upgrade prompt links (default: the API documentation)")
+	proxies := fs.String("trusted-proxies", "", "comma-separated addresses or CIDR prefixes of the reverse proxies whose X-Forwarded-For names the client (for the dashboard's log-in throttle); none by default")
 	fs.StringVar(&c.plansFile, "plans", "", "plan file (JSON, see plans/default.json); default: the shipped plans")
 	fs.StringVar(&c.redis, "redis", "", "Redis URL (redis://host:6379/0) for rate limits shared by several nodes; default: in-process")
 	fs.StringVar(&c.redisPrefix, "redis-prefix", ratelimit.DefaultPrefix, "prefix of the limiter's Redis keys (to keep deployments sharing a Redis apart; every node on one database must use the same)")
@@ -134,6 +137,20 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, fmt.Errorf("--billing-url %q: an http or https URL with a host, or a path on this server starting with /", c.billingURL)
 	case c.deliveryLease < minDeliveryLease:
 		return c, fmt.Errorf("--delivery-lease %s: at least %s, longer than a webhook attempt may take (%s), or a delivery would be sent twice at once", c.deliveryLease, minDeliveryLease, notify.DefaultTimeout)
+	}
+	for _, p := range strings.Split(*proxies, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		prefix, err := netip.ParsePrefix(p)
+		if err != nil {
+			ip, err2 := netip.ParseAddr(p)
+			if err2 != nil {
+				return c, fmt.Errorf("--trusted-proxies %q: %q is not an address or a CIDR prefix such as 10.0.0.0/8", *proxies, p)
+			}
+			prefix = netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen())
+		}
+		c.trustedProxies = append(c.trustedProxies, prefix.Masked())
 	}
 	if c.redis != "" {
 		// Checked before anything is opened: a typo must not first
@@ -325,7 +342,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	sender := notify.NewSender(notify.SenderOptions{AllowPrivate: cfg.webhookAllowPrivate})
 	dispatcher := notify.NewDispatcher(store, sender, mailer, log, notify.DispatchOptions{Lease: cfg.deliveryLease})
 	apiCfg.AlertIndex, apiCfg.Deliveries, apiCfg.WebhookAllowPrivate = evaluator, dispatcher, cfg.webhookAllowPrivate
-	dash := dashboard.New(dashboard.Config{Store: store, Plans: cfg.plans, Log: log, BillingURL: cfg.billingURL, Limiter: apiCfg.Limiter})
+	dash := dashboard.New(dashboard.Config{Store: store, Plans: cfg.plans, Log: log, BillingURL: cfg.billingURL, Limiter: apiCfg.Limiter, TrustedProxies: cfg.trustedProxies})
 	apiCfg.Dashboard = dash.Handler()
 	srv := api.New(apiCfg)
 	hub := srv.Hub()

@@ -65,8 +65,8 @@ func throttleMessage(th *coinpulse.Throttle, max int, now time.Time) string {
 	return fmt.Sprintf("Too many failed log-in attempts. Wait %d %s, then try again.", mins, unit)
 }
 
-func emailKey(email string) string { return "email:" + strings.ToLower(email) }
-func ipKey(r *http.Request) string { return "ip:" + clientIP(r) }
+func emailKey(email string) string                { return "email:" + strings.ToLower(email) }
+func (d *Dashboard) ipKey(r *http.Request) string { return "ip:" + d.clientIP(r) }
 
 // ValidEmail reports whether s is a bare address with a domain, as a
 // sign-up needs (the operator CLI applies it too).
@@ -101,7 +101,7 @@ func (d *Dashboard) signup(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusForbidden, msgCSRF)
 		return
 	}
-	if msg, err := d.throttled(r, ipKey(r), MaxIPFailures); err != nil {
+	if msg, err := d.throttled(r, d.ipKey(r), MaxIPFailures); err != nil {
 		d.serverError(w, r, err)
 		return
 	} else if msg != "" {
@@ -125,7 +125,7 @@ func (d *Dashboard) signup(w http.ResponseWriter, r *http.Request) {
 	if err := d.store.CreateUser(ctx, u); err != nil {
 		if coinpulse.ErrorCode(err) == coinpulse.CodeConflict {
 			// Probing addresses through sign-up counts against the address.
-			if _, err := d.store.RecordLoginFailure(ctx, ipKey(r), d.now(), ThrottleWindow); err != nil {
+			if _, err := d.store.RecordLoginFailure(ctx, d.ipKey(r), d.now(), ThrottleWindow); err != nil {
 				d.log.Warn("dashboard: record sign-up failure", "err", err)
 			}
 			fail(http.StatusUnprocessableEntity, msgBadSignup)
@@ -164,7 +164,7 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	for _, t := range []struct {
 		key string
 		max int
-	}{{emailKey(email), MaxAccountFailures}, {ipKey(r), MaxIPFailures}} {
+	}{{emailKey(email), MaxAccountFailures}, {d.ipKey(r), MaxIPFailures}} {
 		msg, err := d.throttled(r, t.key, t.max)
 		if err != nil {
 			d.serverError(w, r, err)
@@ -197,7 +197,7 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		for _, t := range []struct {
 			key string
 			max int
-		}{{emailKey(email), MaxAccountFailures}, {ipKey(r), MaxIPFailures}} {
+		}{{emailKey(email), MaxAccountFailures}, {d.ipKey(r), MaxIPFailures}} {
 			th, err := d.store.RecordLoginFailure(ctx, t.key, now, ThrottleWindow)
 			if err != nil {
 				d.serverError(w, r, err)

@@ -24,6 +24,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -84,6 +85,10 @@ type Config struct {
 	// Limiter, when set, tells what is left of the month, as the API's
 	// headers and /usage do; without it, the plan less the metered calls.
 	Limiter coinpulse.Limiter
+	// TrustedProxies are the proxies whose X-Forwarded-For names the
+	// client, for the log-in throttle's per-address count; from any other
+	// address the header is ignored.
+	TrustedProxies []netip.Prefix
 }
 
 // Dashboard is the web app. Create it with New and serve Handler.
@@ -96,9 +101,11 @@ type Dashboard struct {
 	billingURL string
 	secure     bool
 	limiter    coinpulse.Limiter
-	revoked    func(ctx context.Context) // SetOnRevoke's
-	pages      map[string]*template.Template
-	mux        *http.ServeMux
+	// trustedProxies: see Config.TrustedProxies.
+	trustedProxies []netip.Prefix
+	revoked        func(ctx context.Context) // SetOnRevoke's
+	pages          map[string]*template.Template
+	mux            *http.ServeMux
 
 	dummyOnce sync.Once
 	dummyHash string
@@ -133,7 +140,7 @@ func (d *Dashboard) plan(t coinpulse.Tier) coinpulse.Plan { return (*d.plans.Loa
 // New returns a Dashboard over cfg. It panics if the embedded templates do
 // not parse, which a test catches.
 func New(cfg Config) *Dashboard {
-	d := &Dashboard{store: cfg.Store, clock: cfg.Clock, log: cfg.Log, billingURL: cfg.BillingURL, secure: cfg.Secure, limiter: cfg.Limiter}
+	d := &Dashboard{store: cfg.Store, clock: cfg.Clock, log: cfg.Log, billingURL: cfg.BillingURL, secure: cfg.Secure, limiter: cfg.Limiter, trustedProxies: cfg.TrustedProxies}
 	plans := cfg.Plans
 	if plans == nil {
 		plans = coinpulse.DefaultPlans()
@@ -446,10 +453,47 @@ func truncate(s string, n int) string {
 
 // clientIP is the address failed log-ins are counted under: the peer's.
 // Behind a proxy every client shares the proxy's address.
-func clientIP(r *http.Request) string {
+func (d *Dashboard) clientIP(r *http.Request) string {
 	addr := r.RemoteAddr
 	if i := strings.LastIndexByte(addr, ':'); i >= 0 && !strings.HasSuffix(addr, "]") {
 		addr = addr[:i]
 	}
-	return strings.Trim(addr, "[]")
+	addr = strings.Trim(addr, "[]")
+	if len(d.trustedProxies) == 0 || !d.trusted(addr) {
+		return addr
+	}
+	// From a proxy of ours: the client is the nearest address in
+	// X-Forwarded-For that is not one of our proxies (those before it
+	// are the client's to write).
+	var hops []string
+	for _, h := range r.Header.Values("X-Forwarded-For") {
+		hops = append(hops, strings.Split(h, ",")...)
+	}
+	for i := len(hops) - 1; i >= 0; i-- {
+		hop := strings.TrimSpace(hops[i])
+		ip, err := netip.ParseAddr(hop)
+		if err != nil {
+			return addr // not an address: the proxy is the best we know
+		}
+		if !d.trusted(hop) {
+			return ip.Unmap().String()
+		}
+		addr = ip.Unmap().String()
+	}
+	return addr
+}
+
+// trusted reports whether addr is one of the trusted proxies.
+func (d *Dashboard) trusted(addr string) bool {
+	ip, err := netip.ParseAddr(addr)
+	if err != nil {
+		return false
+	}
+	ip = ip.Unmap()
+	for _, p := range d.trustedProxies {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }

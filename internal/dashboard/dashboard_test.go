@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"path/filepath"
 	"regexp"
@@ -1236,5 +1237,40 @@ func TestExpiredSubscriptionOffersRenewal(t *testing.T) {
 				t.Errorf("billing %q: the page lacks %s", billing, w)
 			}
 		}
+	}
+}
+
+// Behind a trusted proxy the log-in throttle counts the client's address
+// from X-Forwarded-For, the nearest one that is not a proxy of ours; from
+// anywhere else the header is ignored (a security audit: behind a proxy
+// every user shared its address, and 20 failures locked everyone out).
+func TestClientIPBehindTrustedProxies(t *testing.T) {
+	d := &Dashboard{trustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
+	for _, tt := range []struct {
+		remote, xff, want string
+	}{
+		{"203.0.113.7:5000", "198.51.100.1", "203.0.113.7"}, // not a proxy of ours: the header is anyone's
+		{"10.0.0.2:5000", "", "10.0.0.2"},
+		{"10.0.0.2:5000", "198.51.100.1", "198.51.100.1"},
+		{"10.0.0.2:5000", "1.2.3.4, 198.51.100.1, 10.0.0.9", "198.51.100.1"}, // the client wrote 1.2.3.4
+		{"[::1]:5000", "198.51.100.1", "198.51.100.1"},
+		{"10.0.0.2:5000", "10.0.0.8, 10.0.0.9", "10.0.0.8"},
+		{"10.0.0.2:5000", "nonsense", "10.0.0.2"},
+		{"10.0.0.2:5000", "::ffff:198.51.100.1", "198.51.100.1"},
+	} {
+		r := httptest.NewRequest("POST", "/user/api/login", nil)
+		r.RemoteAddr = tt.remote
+		if tt.xff != "" {
+			r.Header.Set("X-Forwarded-For", tt.xff)
+		}
+		if got := d.clientIP(r); got != tt.want {
+			t.Errorf("from %s with X-Forwarded-For %q: %s, want %s", tt.remote, tt.xff, got, tt.want)
+		}
+	}
+	// Without trusted proxies, the connection's address, whatever the header.
+	r := httptest.NewRequest("POST", "/user/api/login", nil)
+	r.RemoteAddr, r.Header["X-Forwarded-For"] = "10.0.0.2:5000", []string{"198.51.100.1"}
+	if got := (&Dashboard{}).clientIP(r); got != "10.0.0.2" {
+		t.Errorf("no trusted proxies: %s, want 10.0.0.2", got)
 	}
 }
