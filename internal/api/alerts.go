@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"encoding/json"
-	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -85,26 +84,16 @@ func (s *Server) listAlerts(w http.ResponseWriter, r *http.Request) error {
 		active := v == "true"
 		pg.Active = &active
 	}
-	limit, err := q.int("limit", 0, 1, 1000)
+	limit, after, ask, err := q.cursor(1000)
 	if err != nil {
 		return err
 	}
-	after, err := q.int("starting_after", 0, 1, math.MaxInt64)
-	if err != nil {
-		return err
-	}
-	pg.StartingAfter = int64(after)
-	if limit > 0 {
-		pg.Limit = limit + 1 // one more says whether more follow
-	}
+	pg.StartingAfter, pg.Limit = after, ask
 	as, total, err := s.store.Alerts(r.Context(), owner(w), pg)
 	if err != nil {
 		return err
 	}
-	more := limit > 0 && len(as) > limit
-	if more {
-		as = as[:limit]
-	}
+	as, more := trimPage(as, limit)
 	out := make([]alertView, len(as))
 	for i := range as {
 		out[i] = viewAlert(&as[i])

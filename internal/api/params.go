@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"math"
 	"net/url"
 	"slices"
 	"strconv"
@@ -93,6 +94,34 @@ func (q *query) int(name string, def, lo, hi int) (int, error) {
 		return 0, coinpulse.ValidationError(name, "must be an integer from "+strconv.Itoa(lo)+" to "+strconv.Itoa(hi))
 	}
 	return n, nil
+}
+
+// cursor reads a list's limit (1 to most; 0 when absent, for all) and
+// starting_after (an id, 0 when absent), and returns with them the rows
+// to ask the store for: one more than limit, which says whether more
+// follow, or -1, the stores' "all". trimPage cuts the rows back to limit.
+func (q *query) cursor(most int) (limit int, after int64, ask int, err error) {
+	if limit, err = q.int("limit", 0, 1, most); err != nil {
+		return 0, 0, 0, err
+	}
+	n, err := q.int("starting_after", 0, 1, math.MaxInt64)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	ask = -1
+	if limit > 0 {
+		ask = limit + 1
+	}
+	return limit, int64(n), ask, nil
+}
+
+// trimPage returns the first limit of rows (all when limit is 0) and
+// whether more followed them.
+func trimPage[T any](rows []T, limit int) ([]T, bool) {
+	if limit > 0 && len(rows) > limit {
+		return rows[:limit], true
+	}
+	return rows, false
 }
 
 // enum returns the parameter name, def when absent, or a VALIDATION_ERROR

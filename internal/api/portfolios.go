@@ -65,27 +65,17 @@ func (s *Server) listPortfolios(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	limit, err := q.int("limit", 0, 1, 100)
-	if err != nil {
-		return err
-	}
-	after, err := q.int("starting_after", 0, 1, math.MaxInt64)
+	limit, after, ask, err := q.cursor(100)
 	if err != nil {
 		return err
 	}
 	pg := coinpulse.AllPortfolios
-	pg.StartingAfter = int64(after)
-	if limit > 0 {
-		pg.Limit = limit + 1 // one more says whether more follow
-	}
+	pg.StartingAfter, pg.Limit = after, ask
 	ps, total, err := s.store.Portfolios(r.Context(), owner(w), pg)
 	if err != nil {
 		return err
 	}
-	more := limit > 0 && len(ps) > limit
-	if more {
-		ps = ps[:limit]
-	}
+	ps, more := trimPage(ps, limit)
 	snap := s.market.Current()
 	out := make([]portfolioView, len(ps))
 	for i := range ps {
