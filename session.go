@@ -21,8 +21,9 @@ type Session struct {
 	ExpiresAt time.Time
 }
 
-// Throttle is the login-failure count kept under one key ("email:<lower
-// e-mail>" or "ip:<address>") in a fixed window starting at WindowStart.
+// Throttle is the count kept under one key in a fixed window starting at
+// WindowStart: failed log-ins under "email:<lower e-mail>" and
+// "ip:<address>", sign-ups under "signup:<address>".
 type Throttle struct {
 	Key         string
 	Failures    int
@@ -53,6 +54,11 @@ type SessionStore interface {
 	// LoginThrottle returns the state under key: zero Failures when there
 	// is none.
 	LoginThrottle(ctx context.Context, key string) (*Throttle, error)
+	// ForgiveLoginFailure takes back one failure under key, if its window
+	// still starts at windowStart (as RecordLoginFailure returned it) and
+	// counts any: the dashboard counts each attempt before checking the
+	// password, and takes the count back when the attempt succeeds.
+	ForgiveLoginFailure(ctx context.Context, key string, windowStart time.Time) error
 	// ClearLoginThrottle forgets the failures under key.
 	ClearLoginThrottle(ctx context.Context, key string) error
 }

@@ -115,6 +115,18 @@ func (db *DB) LoginThrottle(ctx context.Context, key string) (*coinpulse.Throttl
 	return &th, nil
 }
 
+// ForgiveLoginFailure takes back one failure under key if its window
+// still starts at windowStart and counts any. It returns the database's
+// error, if any.
+func (db *DB) ForgiveLoginFailure(ctx context.Context, key string, windowStart time.Time) error {
+	_, err := db.pool.Exec(ctx, `UPDATE login_throttle SET failures = failures - 1 WHERE key = $1 AND window_start = $2 AND failures > 0`,
+		key, truncate(windowStart))
+	if err != nil {
+		return fmt.Errorf("postgres: forgive login failure: %w", err)
+	}
+	return nil
+}
+
 // ClearLoginThrottle forgets the failures under key. It returns the
 // database's error, if any.
 func (db *DB) ClearLoginThrottle(ctx context.Context, key string) error {

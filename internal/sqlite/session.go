@@ -118,6 +118,18 @@ func (db *DB) LoginThrottle(ctx context.Context, key string) (*coinpulse.Throttl
 	return &th, nil
 }
 
+// ForgiveLoginFailure takes back one failure under key if its window
+// still starts at windowStart and counts any. It returns the database's
+// error, if any.
+func (db *DB) ForgiveLoginFailure(ctx context.Context, key string, windowStart time.Time) error {
+	_, err := db.db.ExecContext(ctx, `UPDATE login_throttle SET failures = failures - 1 WHERE key = ? AND window_start = ? AND failures > 0`,
+		key, micros(windowStart))
+	if err != nil {
+		return fmt.Errorf("sqlite: forgive login failure: %w", err)
+	}
+	return nil
+}
+
 // ClearLoginThrottle forgets the failures under key. It returns the
 // database's error, if any.
 func (db *DB) ClearLoginThrottle(ctx context.Context, key string) error {

@@ -100,6 +100,29 @@ func testLoginThrottle(t *testing.T, s coinpulse.Store) {
 	if err != nil || th.Failures != 1 || !th.WindowStart.Equal(us(later)) {
 		t.Errorf("after the window: %+v, %v; want 1 failure since %v", th, err, later)
 	}
+	// Forgiving takes back one failure of the window it names, never of
+	// another one, and never below zero.
+	if err := s.ForgiveLoginFailure(ctx, "email:a@example.com", t0.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if th, _ := s.LoginThrottle(ctx, "email:a@example.com"); th.Failures != 1 {
+		t.Errorf("forgiving an earlier window: %+v", th)
+	}
+	th, _ = s.RecordLoginFailure(ctx, "email:a@example.com", later.Add(time.Second), window)
+	for range 3 {
+		if err := s.ForgiveLoginFailure(ctx, "email:a@example.com", th.WindowStart); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if th, _ := s.LoginThrottle(ctx, "email:a@example.com"); th.Failures != 0 || !th.WindowStart.Equal(us(later)) {
+		t.Errorf("forgiving 3 of 2 failures: %+v", th)
+	}
+	if err := s.ForgiveLoginFailure(ctx, "email:nobody@example.com", later); err != nil {
+		t.Errorf("forgiving an unknown key: %v", err)
+	}
+	if th, _ := s.RecordLoginFailure(ctx, "email:a@example.com", later.Add(2*time.Second), window); th.Failures != 1 {
+		t.Errorf("a failure after forgiving all: %+v", th)
+	}
 	if err := s.ClearLoginThrottle(ctx, "email:a@example.com"); err != nil {
 		t.Fatal(err)
 	}
