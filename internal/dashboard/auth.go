@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -42,19 +43,32 @@ func (d *Dashboard) loginForm(w http.ResponseWriter, r *http.Request) {
 	d.render(w, r, http.StatusOK, "login", &page{Title: "Log in", CSRF: d.preToken(w, r), Auth: &authForm{}})
 }
 
-// throttled returns the message refusing a log-in while key has had max
-// failures in the current window, or "".
-func (d *Dashboard) throttled(r *http.Request, key string, max int) (string, error) {
-	th, err := d.store.LoginThrottle(r.Context(), key)
-	if err != nil {
-		return "", err
-	}
-	return throttleMessage(th, max, d.now()), nil
+// A limit bounds the attempts counted under key (in the store's throttle
+// table, so that every node agrees) to max within a fixed window.
+type limit struct {
+	key    string
+	max    int
+	window time.Duration
+	what   string // what the refusal says there were too many of
 }
 
-func throttleMessage(th *coinpulse.Throttle, max int, now time.Time) string {
-	end := th.WindowStart.Add(ThrottleWindow)
-	if th.Failures < max || !now.Before(end) {
+func emailLimit(email string) limit {
+	return limit{"email:" + strings.ToLower(email), MaxAccountFailures, ThrottleWindow, "failed log-in attempts"}
+}
+
+func (d *Dashboard) ipLimit(r *http.Request) limit {
+	return limit{"ip:" + d.clientIP(r), MaxIPFailures, ThrottleWindow, "failed log-in attempts"}
+}
+
+func (d *Dashboard) signupLimit(r *http.Request) limit {
+	return limit{"signup:" + d.clientIP(r), MaxSignups, SignupWindow, "sign-ups from this address"}
+}
+
+// refusal is the message refusing an attempt under l, whose count th
+// has reached l.max, or "" when th's window has ended.
+func (l limit) refusal(th *coinpulse.Throttle, now time.Time) string {
+	end := th.WindowStart.Add(l.window)
+	if th.Failures < l.max || !now.Before(end) {
 		return ""
 	}
 	mins := int((end.Sub(now) + time.Minute - 1) / time.Minute)
@@ -62,11 +76,40 @@ func throttleMessage(th *coinpulse.Throttle, max int, now time.Time) string {
 	if mins == 1 {
 		unit = "minute"
 	}
-	return fmt.Sprintf("Too many failed log-in attempts. Wait %d %s, then try again.", mins, unit)
+	return fmt.Sprintf("Too many %s. Wait %d %s, then try again.", l.what, mins, unit)
 }
 
-func emailKey(email string) string                { return "email:" + strings.ToLower(email) }
-func (d *Dashboard) ipKey(r *http.Request) string { return "ip:" + d.clientIP(r) }
+// reserve counts one attempt under each limit, in order, before the
+// attempt is made: attempts sent at once then cannot all pass a check
+// made before any of them is counted. It returns the counts, or the
+// message refusing the attempt when it is one more than a limit allows
+// (a refused attempt counts nothing: what reserve counted is given back).
+func (d *Dashboard) reserve(ctx context.Context, now time.Time, limits ...limit) ([]*coinpulse.Throttle, string, error) {
+	ths := make([]*coinpulse.Throttle, 0, len(limits))
+	for _, l := range limits {
+		th, err := d.store.RecordLoginFailure(ctx, l.key, now, l.window)
+		if err != nil {
+			d.release(ctx, limits, ths)
+			return nil, "", err
+		}
+		ths = append(ths, th)
+		if th.Failures > l.max {
+			d.release(ctx, limits, ths)
+			return nil, l.refusal(th, now), nil
+		}
+	}
+	return ths, "", nil
+}
+
+// release gives back the counts reserve took under limits (ths[i] under
+// limits[i]; ths may be shorter).
+func (d *Dashboard) release(ctx context.Context, limits []limit, ths []*coinpulse.Throttle) {
+	for i, th := range ths {
+		if err := d.store.ForgiveLoginFailure(ctx, limits[i].key, th.WindowStart); err != nil {
+			d.log.Warn("dashboard: release throttle count", "key", limits[i].key, "err", err)
+		}
+	}
+}
 
 // ValidEmail reports whether s is a bare address with a domain, as a
 // sign-up needs (the operator CLI applies it too).
@@ -101,13 +144,6 @@ func (d *Dashboard) signup(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusForbidden, msgCSRF)
 		return
 	}
-	if msg, err := d.throttled(r, d.ipKey(r), MaxIPFailures); err != nil {
-		d.serverError(w, r, err)
-		return
-	} else if msg != "" {
-		fail(http.StatusTooManyRequests, msg)
-		return
-	}
 	if !ValidEmail(email) {
 		fail(http.StatusUnprocessableEntity, "Enter an e-mail address such as name@example.com.")
 		return
@@ -116,24 +152,36 @@ func (d *Dashboard) signup(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusUnprocessableEntity, msg)
 		return
 	}
+	// A sign-up counts against the address's sign-ups, and until it
+	// succeeds as a failure against its log-ins: a taken e-mail address
+	// is a probe.
+	limits := []limit{d.ipLimit(r), d.signupLimit(r)}
+	ths, msg, err := d.reserve(ctx, d.now(), limits...)
+	if err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	if msg != "" {
+		fail(http.StatusTooManyRequests, msg)
+		return
+	}
 	hash, err := password.Hash(pw)
 	if err != nil {
+		d.release(ctx, limits, ths)
 		d.serverError(w, r, err)
 		return
 	}
 	u := &coinpulse.User{Email: email, PasswordHash: hash, Tier: coinpulse.TierFree}
 	if err := d.store.CreateUser(ctx, u); err != nil {
 		if coinpulse.ErrorCode(err) == coinpulse.CodeConflict {
-			// Probing addresses through sign-up counts against the address.
-			if _, err := d.store.RecordLoginFailure(ctx, d.ipKey(r), d.now(), ThrottleWindow); err != nil {
-				d.log.Warn("dashboard: record sign-up failure", "err", err)
-			}
 			fail(http.StatusUnprocessableEntity, msgBadSignup)
 			return
 		}
+		d.release(ctx, limits, ths)
 		d.serverError(w, r, err)
 		return
 	}
+	d.release(ctx, limits[:1], ths[:1])
 	if err := d.startSession(ctx, w, r, u); err != nil {
 		d.serverError(w, r, err)
 		return
@@ -161,22 +209,22 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusForbidden, msgCSRF)
 		return
 	}
-	for _, t := range []struct {
-		key string
-		max int
-	}{{emailKey(email), MaxAccountFailures}, {d.ipKey(r), MaxIPFailures}} {
-		msg, err := d.throttled(r, t.key, t.max)
-		if err != nil {
-			d.serverError(w, r, err)
-			return
-		}
-		if msg != "" {
-			fail(http.StatusTooManyRequests, msg)
-			return
-		}
+	// The attempt counts as a failure from the start, and is given back
+	// if the password is right.
+	now := d.now()
+	limits := []limit{d.ipLimit(r), emailLimit(email)}
+	ths, msg, err := d.reserve(ctx, now, limits...)
+	if err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	if msg != "" {
+		fail(http.StatusTooManyRequests, msg)
+		return
 	}
 	u, err := d.store.UserByEmail(ctx, email)
 	if err != nil && !coinpulse.IsNotFound(err) {
+		d.release(ctx, limits, ths)
 		d.serverError(w, r, err)
 		return
 	}
@@ -192,31 +240,19 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		if verr != nil && !errors.Is(verr, password.ErrMismatch) && u != nil && u.PasswordHash != "" {
 			d.log.Warn("dashboard: password hash unreadable", "user_id", u.ID, "err", verr)
 		}
-		now := d.now()
-		var msg string
-		for _, t := range []struct {
-			key string
-			max int
-		}{{emailKey(email), MaxAccountFailures}, {d.ipKey(r), MaxIPFailures}} {
-			th, err := d.store.RecordLoginFailure(ctx, t.key, now, ThrottleWindow)
-			if err != nil {
-				d.serverError(w, r, err)
+		for i, l := range limits {
+			if m := l.refusal(ths[i], now); m != "" {
+				fail(http.StatusTooManyRequests, msgBadLogin+" "+m)
 				return
 			}
-			if m := throttleMessage(th, t.max, now); m != "" && msg == "" {
-				msg = m
-			}
-		}
-		if msg != "" {
-			fail(http.StatusTooManyRequests, msgBadLogin+" "+msg)
-			return
 		}
 		fail(http.StatusUnauthorized, msgBadLogin)
 		return
 	}
-	if err := d.store.ClearLoginThrottle(ctx, emailKey(email)); err != nil {
+	if err := d.store.ClearLoginThrottle(ctx, limits[1].key); err != nil {
 		d.log.Warn("dashboard: clear throttle", "err", err)
 	}
+	d.release(ctx, limits[:1], ths[:1])
 	if err := d.startSession(ctx, w, r, u); err != nil {
 		d.serverError(w, r, err)
 		return

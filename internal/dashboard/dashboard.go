@@ -50,6 +50,11 @@ const (
 	// MaxIPFailures failed log-ins (and refused sign-ups) from one address
 	// within ThrottleWindow refuse further attempts from it.
 	MaxIPFailures = 20
+	// SignupWindow is the fixed window sign-ups are counted in.
+	SignupWindow = time.Hour
+	// MaxSignups accounts created from one address within SignupWindow
+	// refuse further sign-ups from it until the window ends.
+	MaxSignups = 10
 	// MinPasswordLen is the shortest password a sign-up accepts, in
 	// characters.
 	MinPasswordLen = 10
@@ -411,7 +416,7 @@ func (d *Dashboard) startSession(ctx context.Context, w http.ResponseWriter, r *
 		}
 	}
 	now := d.now()
-	if _, err := d.store.DeleteExpiredSessions(ctx, now, now.Add(-ThrottleWindow)); err != nil {
+	if _, err := d.store.DeleteExpiredSessions(ctx, now, now.Add(-max(ThrottleWindow, SignupWindow))); err != nil {
 		d.log.Warn("dashboard: sweep sessions", "err", err)
 	}
 	token := randomToken()

@@ -474,6 +474,119 @@ func TestLoginThrottling(t *testing.T) {
 	wantRedirect(t, c.login("victim@example.com", pw), "/user/api")
 }
 
+// burst sends the form posts at once, each from its own client whose
+// form was fetched first, and returns the pages in order.
+func burst(e *env, path string, forms []url.Values) []*resp {
+	clients := make([]*client, len(forms))
+	for i, f := range forms {
+		clients[i] = e.client()
+		f.Set("csrf", clients[i].csrf(clients[i].get(path)))
+	}
+	pages := make([]*resp, len(forms))
+	var wg sync.WaitGroup
+	for i := range forms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pages[i] = clients[i].do("POST", path, forms[i])
+		}()
+	}
+	wg.Wait()
+	return pages
+}
+
+// Log-ins sent at once are counted before any password is checked: a
+// burst gets no more guesses than the throttle allows one at a time.
+func TestLoginThrottleBurst(t *testing.T) {
+	e := newEnv(t, "")
+	wantRedirect(t, e.client().signup("burst@example.com", pw), "/user/api")
+	forms := make([]url.Values, 3*MaxAccountFailures)
+	for i := range forms {
+		forms[i] = url.Values{"email": {"burst@example.com"}, "password": {fmt.Sprintf("wrong password %d", i)}}
+	}
+	checked, refused := 0, 0
+	for _, p := range burst(e, "/user/api/login", forms) {
+		switch msg := formError(p); {
+		case strings.HasPrefix(msg, "E-mail or password is incorrect."):
+			checked++
+		case p.status == http.StatusTooManyRequests && strings.HasPrefix(msg, "Too many failed log-in attempts. Wait 15 minutes"):
+			refused++
+		default:
+			t.Errorf("%d %q", p.status, msg)
+		}
+	}
+	if checked != MaxAccountFailures || refused != len(forms)-MaxAccountFailures {
+		t.Errorf("%d passwords checked and %d refused of %d sent at once; want %d checked", checked, refused, len(forms), MaxAccountFailures)
+	}
+	if p := e.client().login("burst@example.com", pw); p.status != http.StatusTooManyRequests {
+		t.Errorf("the right password after the burst: %d %q", p.status, formError(p))
+	}
+	// The refused attempts counted nothing against the address: another
+	// account logs in from it.
+	th, err := e.store.LoginThrottle(context.Background(), "ip:127.0.0.1")
+	if err != nil || th.Failures != MaxAccountFailures {
+		t.Errorf("the address's count: %+v, %v; want %d", th, err, MaxAccountFailures)
+	}
+}
+
+// A log-in that succeeds counts nothing against the address, however
+// many there are.
+func TestLoginSuccessNotCounted(t *testing.T) {
+	e := newEnv(t, "")
+	c := e.client()
+	wantRedirect(t, c.signup("often@example.com", pw), "/user/api")
+	for i := 0; i < MaxIPFailures+1; i++ {
+		wantRedirect(t, e.client().login("often@example.com", pw), "/user/api")
+	}
+	if th, _ := e.store.LoginThrottle(context.Background(), "ip:127.0.0.1"); th.Failures != 0 {
+		t.Errorf("%d failures counted after log-ins that succeeded", th.Failures)
+	}
+}
+
+// One address creates at most MaxSignups accounts an hour, however it
+// sends them; a taken address counts as a sign-up and a failed log-in.
+func TestSignupThrottle(t *testing.T) {
+	e := newEnv(t, "")
+	wantRedirect(t, e.client().signup("taken@example.com", pw), "/user/api")
+	if p := e.client().signup("taken@example.com", pw); p.status != http.StatusUnprocessableEntity || formError(p) != msgBadSignup {
+		t.Fatalf("a taken address: %d %q", p.status, formError(p))
+	}
+	// Refused before they count: invalid forms.
+	for range 3 {
+		if p := e.client().signup("not an address", pw); p.status != http.StatusUnprocessableEntity {
+			t.Fatalf("an invalid address: %d", p.status)
+		}
+	}
+	forms := make([]url.Values, 2*MaxSignups)
+	for i := range forms {
+		forms[i] = url.Values{"email": {fmt.Sprintf("new%d@example.com", i)}, "password": {pw}}
+	}
+	created, refused := 0, 0
+	for _, p := range burst(e, "/user/api/signup", forms) {
+		switch {
+		case p.status == http.StatusSeeOther:
+			created++
+		case p.status == http.StatusTooManyRequests && formError(p) == "Too many sign-ups from this address. Wait 60 minutes, then try again.":
+			refused++
+		default:
+			t.Errorf("%d %q", p.status, formError(p))
+		}
+	}
+	if created != MaxSignups-2 || refused != len(forms)-created {
+		t.Errorf("%d created and %d refused of %d sent at once; want %d created", created, refused, len(forms), MaxSignups-2)
+	}
+	th, _ := e.store.LoginThrottle(context.Background(), "ip:127.0.0.1")
+	if th.Failures != 1 {
+		t.Errorf("the address's failed log-ins: %d; want 1, the taken address", th.Failures)
+	}
+	e.advance(59 * time.Minute)
+	if p := e.client().signup("later@example.com", pw); !strings.Contains(formError(p), "Wait 1 minute,") {
+		t.Errorf("a minute before the window ends: %d %q", p.status, formError(p))
+	}
+	e.advance(time.Minute)
+	wantRedirect(t, e.client().signup("later@example.com", pw), "/user/api")
+}
+
 // createKeys posts n keys from the dashboard and returns the last page.
 func createKeys(c *client, n int, mode string) *resp {
 	var p *resp
