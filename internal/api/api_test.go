@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -79,6 +80,30 @@ func TestRequestID(t *testing.T) {
 	b := do(t, srv, "GET", "/healthz", "").Header.Get("X-Request-Id")
 	if a == b {
 		t.Errorf("two generated request ids are equal: %q", a)
+	}
+	// Generated ids are the process's prefix and random bits: they do not
+	// count the requests the server answers.
+	form := regexp.MustCompile(`^req_[0-9a-f]{12}[0-9a-z]{1,13}$`)
+	if !form.MatchString(a) || !form.MatchString(b) || a[:16] != b[:16] {
+		t.Errorf("generated ids %q and %q", a, b)
+	}
+	seen := map[string]bool{}
+	var prev uint64
+	follows := 0
+	for range 1000 {
+		id := newRequestID()
+		if seen[id] {
+			t.Fatalf("%q generated twice", id)
+		}
+		seen[id] = true
+		n, _ := strconv.ParseUint(id[16:], 36, 64)
+		if n == prev+1 {
+			follows++
+		}
+		prev = n
+	}
+	if follows > 0 {
+		t.Errorf("%d of 1000 generated ids follow the one before", follows)
 	}
 }
 
