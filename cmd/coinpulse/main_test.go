@@ -926,3 +926,43 @@ func TestCLICommand(t *testing.T) {
 		}
 	}
 }
+
+// --metrics-token-file: /metrics answers only with the file's token, and
+// a file that holds no usable token is refused before serving.
+func TestMetricsTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, bad := range []string{
+		filepath.Join(dir, "missing"),
+		write("short", "0123456789\n"),
+		write("space", "0123456789 abcdef0123\n"),
+		write("lines", "0123456789abcdef\n0123456789abcdef\n"),
+	} {
+		if _, _, err := cli(t, nil, "serve", "--metrics-token-file", bad); err == nil || !strings.Contains(err.Error(), "--metrics-token-file") {
+			t.Errorf("%s: %v", filepath.Base(bad), err)
+		}
+	}
+	const token = "5f0c2a9e81d34b7f9a6e0c1d2b3a4f59"
+	s := startServe(t, "--db", "sqlite:"+filepath.Join(dir, "c.db"), "--metrics-token-file", write("token", token+"\r\n"))
+	for auth, want := range map[string]int{"": 401, "Bearer nope-nope-nope-nope": 401, "Bearer " + token: 200} {
+		req, _ := http.NewRequest("GET", s.base+"/metrics", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != want || (want == 200) != strings.Contains(string(body), "coinpulse_market_coins ") {
+			t.Errorf("Authorization %q: %d %.200s", auth, res.StatusCode, body)
+		}
+	}
+}

@@ -51,6 +51,8 @@ type serveConfig struct {
 	plansFile, redis, limits string
 	billingURL               string
 	trustedProxies           []netip.Prefix
+	metricsTokenFile         string
+	metricsToken             string
 	redisPrefix              string
 	meterInterval            time.Duration
 	sandbox                  coinpulse.Limits // the abuse limit
@@ -82,6 +84,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.BoolVar(&c.demo, "demo", true, "on a fresh database, create a demo account and print its keys")
 	fs.StringVar(&c.billingURL, "billing-url", "", "where the dashboard's upgrade prompt links (default: the API documentation)")
 	proxies := fs.String("trusted-proxies", "", "comma-separated addresses or CIDR prefixes of the reverse proxies whose X-Forwarded-For names the client (for the dashboard's log-in throttle); none by default")
+	fs.StringVar(&c.metricsTokenFile, "metrics-token-file", "", "file holding the token GET /metrics must be sent with as \"Authorization: Bearer <token>\" (none: /metrics is public)")
 	fs.StringVar(&c.plansFile, "plans", "", "plan file (JSON, see plans/default.json); default: the shipped plans")
 	fs.StringVar(&c.redis, "redis", "", "Redis URL (redis://host:6379/0) for rate limits shared by several nodes; default: in-process")
 	fs.StringVar(&c.redisPrefix, "redis-prefix", ratelimit.DefaultPrefix, "prefix of the limiter's Redis keys (to keep deployments sharing a Redis apart; every node on one database must use the same)")
@@ -163,6 +166,13 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true }) // on the command line or from the environment
 	if c.smtp.TLS && set["smtp-starttls"] {
 		return c, fmt.Errorf("--smtp-starttls %q: not taken with --smtp-tls, whose connection is TLS from its start; give one of them", c.smtp.StartTLS)
+	}
+	if c.metricsTokenFile != "" {
+		t, err := readMetricsToken(c.metricsTokenFile)
+		if err != nil {
+			return c, fmt.Errorf("--metrics-token-file: %w", err)
+		}
+		c.metricsToken = t
 	}
 	if c.smtpPasswordFile != "" {
 		pw, err := notify.ReadPasswordFile(c.smtpPasswordFile)
@@ -307,7 +317,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	log.Warn("market data is SIMULATED: prices are made up by the sim feed", "feed", feed.String())
 	engine := market.New(market.Config{Feed: feed, Store: store, Log: log, Refresh: cfg.refresh, MinMoverVolume: cfg.minMoverVolume})
-	apiCfg := api.Config{Store: store, Market: engine, Log: log, MaxBody: cfg.maxBody, WriteTimeout: cfg.writeTimeout, Plans: cfg.plans, SandboxLimits: &cfg.sandbox}
+	apiCfg := api.Config{Store: store, Market: engine, Log: log, MaxBody: cfg.maxBody, WriteTimeout: cfg.writeTimeout, Plans: cfg.plans, SandboxLimits: &cfg.sandbox, MetricsToken: cfg.metricsToken}
 	if apiCfg.MaxStreamsPerAccount = cfg.wsMaxPerAccount; cfg.wsMaxPerAccount == 0 {
 		apiCfg.MaxStreamsPerAccount = -1 // no cap
 	}
@@ -737,4 +747,23 @@ func publishPrices(ctx context.Context, hub *stream.Hub, snaps <-chan *market.Sn
 			hub.PublishPrices(snap.AsOf, snap.ID, updates)
 		}
 	}
+}
+
+// readMetricsToken reads the token of --metrics-token-file: its one line,
+// at least 16 printable characters without spaces, as a bearer token is.
+func readMetricsToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	t := strings.TrimRight(string(b), "\r\n")
+	if len(t) < 16 {
+		return "", fmt.Errorf("the token in %s is %d characters; use at least 16 (for example: openssl rand -hex 32)", path, len(t))
+	}
+	for _, c := range t {
+		if c <= ' ' || c >= 0x7f {
+			return "", fmt.Errorf("the token in %s holds a space, a control character or a non-ASCII one; use printable ASCII on one line", path)
+		}
+	}
+	return t, nil
 }

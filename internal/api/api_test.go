@@ -675,3 +675,32 @@ func TestBodyTimeout(t *testing.T) {
 		}
 	}
 }
+
+// With a metrics token, GET /metrics answers only a request carrying it.
+func TestMetricsToken(t *testing.T) {
+	const token = "0123456789abcdef-metrics"
+	srv := New(Config{Store: shared.store, Market: testServer(t).market, Log: quiet, MetricsToken: token})
+	for _, h := range [][]string{
+		nil,
+		{"Authorization", "Bearer wrong-token-wrong-token"},
+		{"Authorization", "Bearer " + token[:len(token)-1]},
+		{"Authorization", "Basic " + token},
+		{"Authorization", token},
+		{"X-API-Key", token},
+	} {
+		res := do(t, srv, "GET", "/metrics", "", h...)
+		if res.Status != http.StatusUnauthorized || res.Error.Code != "INVALID_API_KEY" || !strings.Contains(res.Error.Message, "--metrics-token-file") ||
+			res.Header.Get("WWW-Authenticate") == "" || strings.Contains(string(res.Raw), "coinpulse_") {
+			t.Errorf("%v: %d %s", h, res.Status, res.Raw)
+		}
+	}
+	for _, auth := range []string{"Bearer " + token, "bearer " + token} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/metrics", nil)
+		req.Header.Set("Authorization", auth)
+		srv.Handler().ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "coinpulse_market_coins ") {
+			t.Errorf("%q: %d %.200s", auth, rec.Code, rec.Body)
+		}
+	}
+}

@@ -1,9 +1,11 @@
 package api
 
 import (
+	"crypto/subtle"
 	_ "embed"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"coinpulse"
@@ -45,8 +47,16 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 	}, &m)
 }
 
-// GET /metrics: Prometheus exposition (text, not JSON).
+// GET /metrics: Prometheus exposition (text, not JSON), with the metrics
+// token when the operator set one.
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) error {
+	if s.metricsToken != "" {
+		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if len(r.Header["Authorization"]) != 1 || !strings.EqualFold(scheme, "Bearer") ||
+			subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), []byte(s.metricsToken)) != 1 {
+			return coinpulse.Errorf(coinpulse.CodeInvalidAPIKey, "GET /metrics needs this server's metrics token (--metrics-token-file): send \"Authorization: Bearer <token>\".")
+		}
+	}
 	s.metrics.handler.ServeHTTP(w, r)
 	return nil
 }

@@ -88,6 +88,9 @@ type Config struct {
 	// Dashboard serves /user/api and every path under it (nil: those
 	// paths are 404 like any unknown path).
 	Dashboard http.Handler
+	// MetricsToken, when set, is what GET /metrics must be sent as
+	// "Authorization: Bearer <token>" (none: /metrics is public).
+	MetricsToken string
 }
 
 // Server is the HTTP interface. Create it with New, serve Handler, and run
@@ -142,6 +145,8 @@ type Server struct {
 	wsRoute             Route
 	streams             streamSlots
 	dashboard           http.Handler
+	// metricsToken is Config.MetricsToken.
+	metricsToken string
 }
 
 // Access says who may call a route.
@@ -286,7 +291,7 @@ func New(cfg Config) *Server {
 		maxBody: cfg.MaxBody, bodyTimeout: cfg.BodyTimeout, writeTimeout: cfg.WriteTimeout, mux: http.NewServeMux(),
 		limiter: cfg.Limiter, sandboxLimits: DefaultSandboxLimits, meterer: cfg.Meter,
 		alertIndex: cfg.AlertIndex, deliveries: cfg.Deliveries, webhookAllowPrivate: cfg.WebhookAllowPrivate,
-		resolver: cfg.Resolver, dashboard: cfg.Dashboard, stopping: make(chan struct{}),
+		resolver: cfg.Resolver, dashboard: cfg.Dashboard, metricsToken: cfg.MetricsToken, stopping: make(chan struct{}),
 	}
 	if cfg.SandboxLimits != nil {
 		s.sandboxLimits = *cfg.SandboxLimits
