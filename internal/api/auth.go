@@ -175,9 +175,14 @@ type keyCache struct {
 	clock coinpulse.Clock
 	ttl   time.Duration
 
-	mu      sync.RWMutex
-	epoch   int64
-	entries map[[sha256.Size]byte]cacheEntry // by the key's SHA-256
+	mu    sync.RWMutex
+	epoch int64
+	// entries holds the keys the store has, unknown those it has not
+	// (both by the key's SHA-256), each up to its own bound: a client
+	// sending made-up keys (a valid checksum is no secret) fills unknown
+	// alone, and never pushes the real keys out.
+	entries map[[sha256.Size]byte]cacheEntry
+	unknown map[[sha256.Size]byte]time.Time // when the answer expires
 
 	touchMu sync.Mutex
 	touched map[int64]time.Time
@@ -192,7 +197,7 @@ type keyCache struct {
 }
 
 type cacheEntry struct {
-	p       *principal // nil: no such key
+	p       *principal
 	expires time.Time
 }
 
@@ -200,11 +205,12 @@ const (
 	epochPoll     = 25 * time.Millisecond
 	pollWarnEvery = 10 * time.Second
 	touchInterval = 5 * time.Second
-	maxCached     = 100_000
+	maxCached     = 100_000 // keys the store has
+	maxUnknown    = 10_000  // keys it has not
 )
 
 func newKeyCache(store coinpulse.AccountStore, clock coinpulse.Clock, ttl time.Duration) *keyCache {
-	return &keyCache{store: store, clock: clock, ttl: ttl, entries: map[[sha256.Size]byte]cacheEntry{}, touched: map[int64]time.Time{},
+	return &keyCache{store: store, clock: clock, ttl: ttl, entries: map[[sha256.Size]byte]cacheEntry{}, unknown: map[[sha256.Size]byte]time.Time{}, touched: map[int64]time.Time{},
 		changed: make(chan struct{}, 1), poll: epochPoll}
 }
 
@@ -214,10 +220,14 @@ func (c *keyCache) lookup(ctx context.Context, sum [sha256.Size]byte) (*principa
 	now := time.Now()
 	c.mu.RLock()
 	e, ok := c.entries[sum]
+	unknownUntil := c.unknown[sum]
 	epoch := c.epoch
 	c.mu.RUnlock()
 	if ok && now.Before(e.expires) {
 		return e.p, nil
+	}
+	if now.Before(unknownUntil) {
+		return nil, nil
 	}
 	var p *principal
 	k, err := c.store.KeyByHash(ctx, hex.EncodeToString(sum[:]))
@@ -233,7 +243,14 @@ func (c *keyCache) lookup(ctx context.Context, sum [sha256.Size]byte) (*principa
 		p = newPrincipal(k, u)
 	}
 	c.mu.Lock()
-	if c.epoch == epoch { // a revocation since we read would make p stale
+	switch {
+	case c.epoch != epoch: // a revocation since we read would make p stale
+	case p == nil:
+		if len(c.unknown) >= maxUnknown {
+			clear(c.unknown)
+		}
+		c.unknown[sum] = now.Add(c.ttl)
+	default:
 		if len(c.entries) >= maxCached {
 			clear(c.entries)
 		}
@@ -253,6 +270,7 @@ func (c *keyCache) setEpoch(epoch int64) bool {
 	}
 	c.epoch = epoch
 	clear(c.entries)
+	clear(c.unknown)
 	return true
 }
 

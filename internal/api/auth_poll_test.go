@@ -2,11 +2,14 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,5 +63,50 @@ func TestAuthEpochPollLogsAnOutageOnce(t *testing.T) {
 	<-done
 	if n := strings.Count(logs.String(), "poll auth epoch"); n != 1 {
 		t.Errorf("%d warnings for one outage, want 1:\n%s", n, logs.String())
+	}
+}
+
+// countingStore counts KeyByHash calls.
+type countingStore struct {
+	coinpulse.AccountStore
+	lookups atomic.Int64
+}
+
+func (s *countingStore) KeyByHash(ctx context.Context, hash string) (*coinpulse.APIKey, error) {
+	s.lookups.Add(1)
+	return s.AccountStore.KeyByHash(ctx, hash)
+}
+
+// Made-up keys are remembered apart from real ones: however many a client
+// sends, the real keys stay cached (an audit: past 100,000 made-up keys
+// the whole cache was emptied, and every real key asked the store again).
+func TestUnknownKeysLeaveKnownCached(t *testing.T) {
+	u := newUser(t, coinpulse.TierPro, nil)
+	key, _ := newKey(t, u, coinpulse.ModeLive, rw, nil)
+	store := &countingStore{AccountStore: shared.store}
+	c := newKeyCache(store, time.Now, time.Minute)
+	ctx := t.Context()
+	known := sha256.Sum256([]byte(key))
+	if p, err := c.lookup(ctx, known); err != nil || p == nil || p.user.ID != u.ID {
+		t.Fatalf("lookup of a real key: %v, %v", p, err)
+	}
+	for i := range maxUnknown + 5 {
+		made := sha256.Sum256([]byte(fmt.Sprintf("made-up %d", i)))
+		if p, err := c.lookup(ctx, made); err != nil || p != nil {
+			t.Fatalf("lookup of a made-up key: %v, %v", p, err)
+		}
+	}
+	if n := store.lookups.Load(); n != maxUnknown+6 {
+		t.Errorf("%d store lookups, want one a key", n)
+	}
+	again := sha256.Sum256([]byte("made-up 10004"))
+	if p, _ := c.lookup(ctx, again); p != nil || store.lookups.Load() != maxUnknown+6 {
+		t.Errorf("a made-up key asked twice: %v, %d lookups", p, store.lookups.Load())
+	}
+	if p, _ := c.lookup(ctx, known); p == nil || store.lookups.Load() != maxUnknown+6 {
+		t.Errorf("the real key after the made-up ones: %v, %d lookups; want it cached", p, store.lookups.Load())
+	}
+	if len(c.entries) != 1 || len(c.unknown) > maxUnknown {
+		t.Errorf("%d known and %d unknown entries", len(c.entries), len(c.unknown))
 	}
 }

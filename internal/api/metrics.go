@@ -68,11 +68,19 @@ func (m *metrics) watch(s *Server) {
 		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "coinpulse_key_cache_entries",
-			Help: "Verified (or known-unknown) API keys held in this node's cache.",
+			Help: "Verified API keys held in this node's cache.",
 		}, func() float64 {
 			s.keys.mu.RLock()
 			defer s.keys.mu.RUnlock()
 			return float64(len(s.keys.entries))
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "coinpulse_key_cache_unknown_entries",
+			Help: "Well-formed API keys the store does not have, remembered in this node's cache (many: someone is trying made-up keys).",
+		}, func() float64 {
+			s.keys.mu.RLock()
+			defer s.keys.mu.RUnlock()
+			return float64(len(s.keys.unknown))
 		}),
 	)
 	if m, ok := s.meterer.(interface {
