@@ -220,7 +220,10 @@ func (c *keyCache) lookup(ctx context.Context, sum [sha256.Size]byte) (*principa
 	now := time.Now()
 	c.mu.RLock()
 	e, ok := c.entries[sum]
-	unknownUntil := c.unknown[sum]
+	var unknownUntil time.Time
+	if !ok {
+		unknownUntil = c.unknown[sum]
+	}
 	epoch := c.epoch
 	c.mu.RUnlock()
 	if ok && now.Before(e.expires) {
