@@ -105,7 +105,7 @@ func runUsersCreate(ctx context.Context, args []string, getenv func(string) stri
 		return fmt.Errorf("--email %q: not an e-mail address such as name@example.com", u.Email)
 	}
 	if *pw != "" {
-		if msg := dashboard.PasswordProblem(*pw); msg != "" {
+		if msg := dashboard.PasswordProblem(*pw, u.Email); msg != "" {
 			return fmt.Errorf("--password: %s", msg)
 		}
 		if u.PasswordHash, err = password.Hash(*pw); err != nil {

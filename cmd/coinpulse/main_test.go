@@ -66,6 +66,7 @@ func TestOperatorCLI(t *testing.T) {
 	// The sign-up's rules, and only a paid tier expires.
 	for _, args := range [][]string{
 		{"users", "create", "--email", "carl@example.com", "--password", "short"},
+		{"users", "create", "--email", "carl@example.com", "--password", "password1234"},
 		{"users", "create", "--email", "not-an-address"},
 		{"users", "create", "--email", "dora@example.com", "--tier", "free", "--expires", "2099-01-01T00:00:00Z"},
 		{"users", "set-tier", "--email", "ann@example.com", "--tier", "free", "--expires", "2099-01-01T00:00:00Z"},

@@ -121,16 +121,17 @@ func ValidEmail(s string) bool {
 	return err == nil && a.Address == s && strings.Contains(s[strings.LastIndexByte(s, '@'):], ".")
 }
 
-// PasswordProblem says why a sign-up would refuse pw, "" when it would
-// not (the operator CLI applies it too).
-func PasswordProblem(pw string) string {
+// PasswordProblem says why a sign-up of the account email would refuse
+// pw, "" when it would not (the operator CLI applies it too): too short,
+// too long, or among the first passwords an attacker would try.
+func PasswordProblem(pw, email string) string {
 	switch {
 	case utf8.RuneCountInString(pw) < MinPasswordLen:
 		return fmt.Sprintf("Choose a password of at least %d characters.", MinPasswordLen)
 	case len(pw) > maxPasswordLen:
 		return fmt.Sprintf("Choose a password of at most %d bytes.", maxPasswordLen)
 	}
-	return ""
+	return guessable(pw, email)
 }
 
 func (d *Dashboard) signup(w http.ResponseWriter, r *http.Request) {
@@ -148,7 +149,7 @@ func (d *Dashboard) signup(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusUnprocessableEntity, "Enter an e-mail address such as name@example.com.")
 		return
 	}
-	if msg := PasswordProblem(pw); msg != "" {
+	if msg := PasswordProblem(pw, email); msg != "" {
 		fail(http.StatusUnprocessableEntity, msg)
 		return
 	}

@@ -222,6 +222,9 @@ func TestSignupLoginLogout(t *testing.T) {
 	if p := c.signup("not-an-address", pw); p.status != http.StatusUnprocessableEntity || formError(p) == "" {
 		t.Errorf("bad e-mail: %d %q", p.status, formError(p))
 	}
+	if p := c.signup("a@example.com", "Password2024!"); p.status != http.StatusUnprocessableEntity || !strings.Contains(formError(p), "most common") {
+		t.Errorf("a common password: %d %q", p.status, formError(p))
+	}
 	wantRedirect(t, c.signup("Ann@Example.com", pw), "/user/api")
 	p = c.get("/user/api")
 	if p.status != http.StatusOK || !regexp.MustCompile(`id="tier">free<`).MatchString(p.body) || !strings.Contains(p.body, `id="logout"`) {
@@ -1385,5 +1388,34 @@ func TestClientIPBehindTrustedProxies(t *testing.T) {
 	r.RemoteAddr, r.Header["X-Forwarded-For"] = "10.0.0.2:5000", []string{"198.51.100.1"}
 	if got := (&Dashboard{}).clientIP(r); got != "10.0.0.2" {
 		t.Errorf("no trusted proxies: %s, want 10.0.0.2", got)
+	}
+}
+
+func TestPasswordProblem(t *testing.T) {
+	for _, tc := range []struct{ pw, email, want string }{
+		{pw, "ann@example.com", ""},
+		{"hunter2222", "ann@example.com", ""},
+		{"8305916274", "ann@example.com", ""}, // digits, but not a pattern
+		{"Tr0ub4dor&3x", "ann@example.com", ""},
+		{"short", "", "at least 10"},
+		{strings.Repeat("x", 1025), "", "at most 1024"},
+		{"password1234", "", "most common"},
+		{"Password2024!", "", "most common"},
+		{"2024Qwertyuiop", "", "most common"},
+		{"1q2w3e4r5t", "", "most common"},
+		{"coinpulse123", "", "most common"},
+		{"1234567890", "", "sequence"},
+		{"9876543210", "", "sequence"},
+		{"abcdefghijk", "", "sequence"},
+		{"aaaaaaaaaaaa", "", "sequence"},
+		{"abababab12", "", "sequence"},
+		{"margaret.h1234", "margaret.h@example.com", "e-mail address"},
+		{"x-ann@example.com", "ann@example.com", "e-mail address"},
+		{"joanna-loves-maps", "ann@example.com", ""}, // a short local part may appear by chance
+	} {
+		got := PasswordProblem(tc.pw, tc.email)
+		if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+			t.Errorf("PasswordProblem(%q, %q) = %q, want %q", tc.pw, tc.email, got, tc.want)
+		}
 	}
 }
