@@ -163,6 +163,9 @@ type Delivery struct {
 	LastError      string
 	CreatedAt      time.Time
 	DeliveredAt    *time.Time
+	// LeaseUntil is when the lease ClaimDeliveries gave ends (zero from
+	// any other read).
+	LeaseUntil time.Time
 }
 
 // Entitlement is what an account's plan in force and its subscription
@@ -184,6 +187,17 @@ type Attempt struct {
 	// DisableEndpoint, when not empty, disables the delivery's webhook
 	// endpoint with this reason.
 	DisableEndpoint string
+	// Lease, when set, is the LeaseUntil of the claim the attempt was
+	// made under: the attempt is recorded only while the delivery still
+	// holds that lease, else RecordAttempt fails with ErrLeaseLost.
+	Lease time.Time
+}
+
+// ErrLeaseLost is RecordAttempt's CONFLICT for an attempt whose lease
+// ended and whose delivery another claim has taken (or that the store
+// settled meanwhile, as when its endpoint was disabled).
+func ErrLeaseLost(id int64) error {
+	return Errorf(CodeConflict, "Delivery %d is no longer leased to this attempt; it was not recorded.", id)
 }
 
 // AlertStore keeps alerts, webhook endpoints and the outbox of their
@@ -243,11 +257,13 @@ type AlertStore interface {
 	// set by the store; NextAttemptAt = d.CreatedAt, or now).
 	EnqueueDelivery(ctx context.Context, d *Delivery) error
 	// ClaimDeliveries leases up to n pending deliveries of kind that are
-	// due at now (NextAttemptAt <= now) and not leased, until now+lease,
-	// oldest due first. Two callers never hold the same delivery.
+	// due at now (NextAttemptAt <= now) and not leased, until now+lease
+	// (their LeaseUntil), oldest due first. Two callers never hold the
+	// same delivery.
 	ClaimDeliveries(ctx context.Context, kind DeliveryKind, now time.Time, lease time.Duration, n int) ([]Delivery, error)
 	// RecordAttempt stores an attempt's outcome on delivery id: attempts+1,
-	// the status, next time, code and error, and releases the lease. For an
+	// the status, next time, code and error, and releases the lease (with
+	// a.Lease set, only the lease it names: ErrLeaseLost otherwise). For an
 	// e-mail delivery it sets the alert's EmailStatus (sent, failed,
 	// undeliverable; pending while retrying) and EmailError. With
 	// DisableEndpoint set it disables the webhook and fails its other

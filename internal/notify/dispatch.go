@@ -196,7 +196,15 @@ func (d *Dispatcher) deliver(ctx context.Context, del coinpulse.Delivery) {
 	if ctx.Err() != nil {
 		return // shutting down: the lease expires and the attempt is made again
 	}
-	if err := d.store.RecordAttempt(ctx, del.ID, a); err != nil && ctx.Err() == nil && !coinpulse.IsNotFound(err) { // not found: the endpoint was deleted meanwhile
+	a.Lease = del.LeaseUntil
+	err := d.store.RecordAttempt(ctx, del.ID, a)
+	switch {
+	case err == nil, ctx.Err() != nil, coinpulse.IsNotFound(err): // not found: the endpoint was deleted meanwhile
+	case coinpulse.ErrorCode(err) == coinpulse.CodeConflict:
+		// The attempt outlived its lease (this node stalled): another
+		// claim has the delivery, and records its own attempt.
+		d.log.Warn("delivery attempt outlived its lease; not recorded", "delivery", del.ID, "status", a.Status, "lease_until", del.LeaseUntil)
+	default:
 		d.log.Error("record delivery attempt", "delivery", del.ID, "err", err)
 	}
 }

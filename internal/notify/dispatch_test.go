@@ -151,3 +151,48 @@ func TestDispatcherClaimsOnlyWhatItCanSend(t *testing.T) {
 		t.Errorf("the dispatcher held %d deliveries claimed at once with 3 workers", store.max)
 	}
 }
+
+// An attempt that outlives its lease (the node stalled) is not recorded
+// over the claim another node has made since: that node records its own
+// attempt, and this one logs what it dropped.
+func TestDispatcherAttemptPastItsLease(t *testing.T) {
+	ctx := context.Background()
+	release := make(chan struct{})
+	var hits atomic.Int32
+	db, o, wh := newWebhookEnv(t, 1, func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		<-release
+	})
+	var logs testlog.Buffer
+	const lease = 100 * time.Millisecond
+	d := notify.NewDispatcher(db, notify.NewSender(notify.SenderOptions{AllowPrivate: true}), nil, slog.New(slog.NewTextHandler(&logs, nil)),
+		notify.DispatchOptions{Poll: 10 * time.Millisecond, Workers: 1, Lease: lease})
+	dctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { d.Run(dctx); close(done) }()
+	defer func() { stop(); <-done }()
+	for deadline := time.Now().Add(10 * time.Second); hits.Load() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no attempt after 10 s")
+		}
+	}
+	// Another node claims the delivery once the lease has ended.
+	time.Sleep(lease)
+	other, err := db.ClaimDeliveries(ctx, coinpulse.KindWebhook, time.Now(), time.Hour, 10)
+	if err != nil || len(other) != 1 {
+		t.Fatalf("the other node's claim: %v, %v", other, err)
+	}
+	close(release)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), "outlived its lease"); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning after 10 s:\n%s", logs.String())
+		}
+	}
+	ds, err := db.Deliveries(ctx, o, wh.ID, 10)
+	if err != nil || len(ds) != 1 || ds[0].Attempts != 0 || ds[0].Status != coinpulse.DeliveryPending {
+		t.Fatalf("after the stalled attempt: %+v, %v", ds, err)
+	}
+	if err := db.RecordAttempt(ctx, other[0].ID, coinpulse.Attempt{Status: coinpulse.DeliveryDelivered, StatusCode: 204, Lease: other[0].LeaseUntil}); err != nil {
+		t.Errorf("the other node's attempt: %v", err)
+	}
+}

@@ -835,6 +835,7 @@ func (db *DB) ClaimDeliveries(ctx context.Context, kind coinpulse.DeliveryKind, 
 		return []coinpulse.Delivery{}, nil
 	}
 	now = truncate(now)
+	until := now.Add(lease)
 	ds, err := readDeliveries(ctx, db.pool, `
 		WITH due AS (
 			SELECT id FROM deliveries
@@ -845,9 +846,12 @@ func (db *DB) ClaimDeliveries(ctx context.Context, kind coinpulse.DeliveryKind, 
 		UPDATE deliveries d SET lease_until = $1
 		FROM due WHERE d.id = due.id
 		RETURNING `+deliveryColumns,
-		now.Add(lease), kind, now, n)
+		until, kind, now, n)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: claim deliveries: %w", err)
+	}
+	for i := range ds {
+		ds[i].LeaseUntil = until
 	}
 	slices.SortFunc(ds, func(a, b coinpulse.Delivery) int {
 		if c := a.NextAttemptAt.Compare(b.NextAttemptAt); c != 0 {
@@ -888,7 +892,8 @@ func endpointDisabled(reason string) string {
 // (so that two attempts disabling it do not deadlock), disabled with that
 // reason (UpdatedAt a.At), and its other pending deliveries fail with a
 // LastError saying so. An unknown status is a VALIDATION_ERROR, an unknown
-// delivery a RESOURCE_NOT_FOUND error.
+// delivery a RESOURCE_NOT_FOUND error, and one whose lease is not a.Lease
+// (when set) ErrLeaseLost.
 func (db *DB) RecordAttempt(ctx context.Context, id int64, a coinpulse.Attempt) error {
 	if !validStatus(a.Status) {
 		return coinpulse.ValidationError("status", fmt.Sprintf("unknown delivery status %q", a.Status))
@@ -902,6 +907,10 @@ func (db *DB) RecordAttempt(ctx context.Context, id int64, a coinpulse.Attempt) 
 		next = truncatePtr(&a.NextAttemptAt)
 	}
 	notFound := coinpulse.Errorf(coinpulse.CodeNotFound, "No delivery %d.", id)
+	var lease *time.Time
+	if !a.Lease.IsZero() {
+		lease = truncatePtr(&a.Lease)
+	}
 	return db.Transact(ctx, func(tx pgx.Tx) error {
 		if a.DisableEndpoint != "" {
 			var endpointID *int64
@@ -927,11 +936,20 @@ func (db *DB) RecordAttempt(ctx context.Context, id int64, a coinpulse.Attempt) 
 			UPDATE deliveries SET attempts = attempts + 1, status = $1, next_attempt_at = coalesce($2, next_attempt_at),
 				last_attempt_at = $3, last_status_code = $4, last_error = $5, lease_until = NULL,
 				delivered_at = CASE WHEN $1 = 'delivered' THEN $3 ELSE delivered_at END
-			WHERE id = $6
+			WHERE id = $6 AND ($7::timestamptz IS NULL OR lease_until = $7)
 			RETURNING kind, alert_id, armed_seq, endpoint_id`,
-			string(a.Status), next, at, a.StatusCode, a.Error, id,
+			string(a.Status), next, at, a.StatusCode, a.Error, id, lease,
 		).Scan(&kind, &alertID, &seq, &endpointID)
 		if errors.Is(err, pgx.ErrNoRows) {
+			if lease != nil {
+				var exists bool
+				if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM deliveries WHERE id = $1)`, id).Scan(&exists); err != nil {
+					return fmt.Errorf("postgres: record attempt: %w", err)
+				}
+				if exists {
+					return coinpulse.ErrLeaseLost(id)
+				}
+			}
 			return notFound
 		}
 		if err != nil {

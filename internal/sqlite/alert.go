@@ -788,6 +788,7 @@ func (db *DB) ClaimDeliveries(ctx context.Context, kind coinpulse.DeliveryKind, 
 		return []coinpulse.Delivery{}, nil
 	}
 	now = truncate(now)
+	until := now.Add(lease)
 	var ds []coinpulse.Delivery
 	err := db.Transact(ctx, func(tx *sql.Tx) error {
 		var err error
@@ -799,11 +800,14 @@ func (db *DB) ClaimDeliveries(ctx context.Context, kind coinpulse.DeliveryKind, 
 				ORDER BY next_attempt_at, id
 				LIMIT ?)
 			RETURNING `+deliveryColumns,
-			micros(now.Add(lease)), kind, micros(now), micros(now), n)
+			micros(until), kind, micros(now), micros(now), n)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: claim deliveries: %w", err)
+	}
+	for i := range ds {
+		ds[i].LeaseUntil = until
 	}
 	slices.SortFunc(ds, func(a, b coinpulse.Delivery) int {
 		if c := a.NextAttemptAt.Compare(b.NextAttemptAt); c != 0 {
@@ -843,7 +847,8 @@ func endpointDisabled(reason string) string {
 // a.DisableEndpoint set, a webhook delivery's endpoint is disabled with
 // that reason (UpdatedAt a.At) and its other pending deliveries fail with
 // a LastError saying so. An unknown status is a VALIDATION_ERROR, an
-// unknown delivery a RESOURCE_NOT_FOUND error.
+// unknown delivery a RESOURCE_NOT_FOUND error, and one whose lease is not
+// a.Lease (when set) ErrLeaseLost.
 func (db *DB) RecordAttempt(ctx context.Context, id int64, a coinpulse.Attempt) error {
 	if !validStatus(a.Status) {
 		return coinpulse.ValidationError("status", fmt.Sprintf("unknown delivery status %q", a.Status))
@@ -856,6 +861,10 @@ func (db *DB) RecordAttempt(ctx context.Context, id int64, a coinpulse.Attempt) 
 	if !a.NextAttemptAt.IsZero() {
 		next = micros(truncate(a.NextAttemptAt))
 	}
+	var lease any
+	if !a.Lease.IsZero() {
+		lease = micros(truncate(a.Lease))
+	}
 	return db.Transact(ctx, func(tx *sql.Tx) error {
 		var (
 			kind                     coinpulse.DeliveryKind
@@ -865,11 +874,20 @@ func (db *DB) RecordAttempt(ctx context.Context, id int64, a coinpulse.Attempt) 
 			UPDATE deliveries SET attempts = attempts + 1, status = ?, next_attempt_at = coalesce(?, next_attempt_at),
 				last_attempt_at = ?, last_status_code = ?, last_error = ?, lease_until = NULL,
 				delivered_at = CASE WHEN ? = 'delivered' THEN ? ELSE delivered_at END
-			WHERE id = ?
+			WHERE id = ? AND (?9 IS NULL OR lease_until = ?9)
 			RETURNING kind, alert_id, armed_seq, endpoint_id`,
-			a.Status, next, at, a.StatusCode, a.Error, a.Status, at, id,
+			a.Status, next, at, a.StatusCode, a.Error, a.Status, at, id, lease,
 		).Scan(&kind, &alertID, &seq, &endpointID)
 		if errors.Is(err, sql.ErrNoRows) {
+			if lease != nil {
+				var exists bool
+				if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM deliveries WHERE id = ?)`, id).Scan(&exists); err != nil {
+					return fmt.Errorf("sqlite: record attempt: %w", err)
+				}
+				if exists {
+					return coinpulse.ErrLeaseLost(id)
+				}
+			}
 			return coinpulse.Errorf(coinpulse.CodeNotFound, "No delivery %d.", id)
 		}
 		if err != nil {

@@ -219,6 +219,10 @@ func claim(t *testing.T, s coinpulse.Store, kind coinpulse.DeliveryKind, now tim
 	}
 	for i := range ds {
 		wantUTC(t, "ClaimDeliveries", deliveryTimes(&ds[i])...)
+		if want := us(now).Add(lease); !ds[i].LeaseUntil.Equal(want) || ds[i].LeaseUntil.Location() != time.UTC {
+			t.Errorf("ClaimDeliveries(%s, %v): delivery %d LeaseUntil %v, want %v", kind, now, ds[i].ID, ds[i].LeaseUntil, want)
+		}
+		ds[i].LeaseUntil = time.Time{} // the deliveries compare with what was enqueued
 	}
 	return ds
 }
@@ -1455,6 +1459,46 @@ func testClaimLease(t *testing.T, s coinpulse.Store) {
 	}
 	_, err := s.ClaimDeliveries(ctx, "sms", now, lease, 10)
 	wantCode(t, err, coinpulse.CodeValidation)
+
+	// An attempt recorded under its lease: not once another claim has
+	// the delivery, nor when the store settled it meanwhile.
+	recordAttempt(t, s, d3.ID, coinpulse.Attempt{At: t0.Add(10 * time.Hour), Status: coinpulse.DeliveryDelivered, StatusCode: 204})
+	d4 := enqueue(t, s, w, t0.Add(10*time.Hour))
+	first, err := s.ClaimDeliveries(ctx, coinpulse.KindWebhook, t0.Add(11*time.Hour), lease, 10)
+	if err != nil || len(first) != 1 || first[0].ID != d4.ID {
+		t.Fatalf("claim d4: %v, %v", deliveryIDs(first), err)
+	}
+	second, err := s.ClaimDeliveries(ctx, coinpulse.KindWebhook, t0.Add(11*time.Hour).Add(lease), lease, 10)
+	if err != nil || len(second) != 1 || second[0].ID != d4.ID {
+		t.Fatalf("claim d4 again after its lease: %v, %v", deliveryIDs(second), err)
+	}
+	late := coinpulse.Attempt{At: t0.Add(11 * time.Hour).Add(lease + time.Second), Status: coinpulse.DeliveryFailed, StatusCode: 500, Lease: first[0].LeaseUntil}
+	wantCode(t, s.RecordAttempt(ctx, d4.ID, late), coinpulse.CodeConflict)
+	if got := deliveryByID(t, s, o, w.ID, d4.ID); got.Attempts != 0 || got.Status != coinpulse.DeliveryPending {
+		t.Errorf("after an attempt past its lease: %d attempts, %s", got.Attempts, got.Status)
+	}
+	recordAttempt(t, s, d4.ID, coinpulse.Attempt{At: late.At, Status: coinpulse.DeliveryDelivered, StatusCode: 204, Lease: second[0].LeaseUntil})
+	if got := deliveryByID(t, s, o, w.ID, d4.ID); got.Attempts != 1 || got.Status != coinpulse.DeliveryDelivered {
+		t.Errorf("after the attempt under the lease: %d attempts, %s", got.Attempts, got.Status)
+	}
+	wantCode(t, s.RecordAttempt(ctx, d4.ID, coinpulse.Attempt{At: late.At, Status: coinpulse.DeliveryFailed, Lease: second[0].LeaseUntil}), coinpulse.CodeConflict)
+	wantCode(t, s.RecordAttempt(ctx, 1<<40, coinpulse.Attempt{At: late.At, Status: coinpulse.DeliveryFailed, Lease: second[0].LeaseUntil}), coinpulse.CodeNotFound)
+}
+
+// deliveryByID returns the endpoint's delivery id, or fails t.
+func deliveryByID(t *testing.T, s coinpulse.Store, o coinpulse.Owner, endpointID, id int64) coinpulse.Delivery {
+	t.Helper()
+	ds, err := s.Deliveries(t.Context(), o, endpointID, 100)
+	if err != nil {
+		t.Fatalf("Deliveries: %v", err)
+	}
+	for _, dl := range ds {
+		if dl.ID == id {
+			return dl
+		}
+	}
+	t.Fatalf("no delivery %d", id)
+	return coinpulse.Delivery{}
 }
 
 func testClaimConcurrent(t *testing.T, s coinpulse.Store) {
