@@ -1057,6 +1057,22 @@ func TestKeyStats(t *testing.T) {
 		t.Error("the #key-stats hint does not say the figures are this month's")
 	}
 
+	// The charts' figures as a table, newest day first.
+	days := regexp.MustCompile(`(?s)<details id="daily-table">.*?</details>`).FindString(p.body)
+	rows := regexp.MustCompile(`<tr><td data-label="Day \(UTC\)">([0-9-]+)</td><td data-label="Counted calls">([0-9,]+)</td><td data-label="p50">([^<]+)</td><td data-label="p95">([^<]+)</td></tr>`).FindAllStringSubmatch(days, -1)
+	if len(rows) != 30 {
+		t.Fatalf("#daily-table has %d rows, want 30:\n%s", len(rows), days)
+	}
+	if r := rows[0]; r[1] != "2025-03-14" || r[2] != "63" || r[3] == "–" || r[4] == "–" {
+		t.Errorf("today's row: %q", r[1:])
+	}
+	if r := rows[1]; r[1] != "2025-03-13" || r[2] != "40" {
+		t.Errorf("yesterday's row: %q", r[1:])
+	}
+	if r := rows[2]; r[1] != "2025-03-12" || r[2] != "0" || r[3] != "–" || r[4] != "–" {
+		t.Errorf("a day without calls: %q", r[1:])
+	}
+
 	// The JSON behind it.
 	var usage struct {
 		Data struct {

@@ -3,6 +3,7 @@ package dashboard
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +38,13 @@ type dashView struct {
 	KeyStats   []keyStatView
 	Chart      dailyChart
 	Latency    latencyView
+	// Days are the charts' figures as text, newest first.
+	Days []dayView
+}
+
+// dayView is one UTC day's counted calls and response times.
+type dayView struct {
+	Day, Calls, P50, P95 string
 }
 
 // planView is a plan's figures, worded.
@@ -316,6 +324,9 @@ func (d *Dashboard) dashboard(ctx context.Context, u *coinpulse.User, form keyFo
 		})
 	}
 	v.Chart = newDailyChart(a.usage.Daily)
+	for _, d := range slices.Backward(a.usage.Daily) {
+		v.Days = append(v.Days, dayView{Day: d.Day.Format("2006-01-02"), Calls: formatInt(d.Calls), P50: formatDuration(d.P50), P95: formatDuration(d.P95)})
+	}
 	v.Latency = latencyView{P50: formatDuration(a.usage.P50), P95: formatDuration(a.usage.P95), P99: formatDuration(a.usage.P99),
 		Chart: newLatencyChart(a.usage.Daily)}
 	return v, nil
