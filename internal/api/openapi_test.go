@@ -172,7 +172,7 @@ func TestResponsesMatchSpec(t *testing.T) {
 			t.Errorf("%s: %d, %d bytes, %s", path, rec.Code, rec.Body.Len(), rec.Header().Get("Content-Type"))
 		}
 	}
-	for path, ct := range map[string]string{"/docs": "text/html", "/docs/docs.js": "text/javascript", "/metrics": "text/plain"} {
+	for path, ct := range map[string]string{"/docs": "text/html", "/docs/docs.js": "text/javascript", "/favicon.ico": "image/svg+xml", "/metrics": "text/plain"} {
 		rec := httptest.NewRecorder()
 		srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
 		if rec.Code != http.StatusOK || !strings.HasPrefix(rec.Header().Get("Content-Type"), ct) {

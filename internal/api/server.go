@@ -408,6 +408,7 @@ func (s *Server) routeTable() []Route {
 		{Method: "GET", Path: "/metrics", Ops: true, Handler: s.serveMetrics},
 		{Method: "GET", Path: "/docs", Ops: true, Handler: s.docs},
 		{Method: "GET", Path: "/docs/docs.js", Ops: true, Handler: s.docsJS},
+		{Method: "GET", Path: "/favicon.ico", Ops: true, Handler: s.favicon},
 		{Method: "GET", Path: "/openapi.json", Handler: s.openapi},
 
 		{Method: "GET", Path: "/usage", Access: Read, Basic: true, Free: true, Handler: s.usage},
