@@ -143,6 +143,12 @@ func (b *body) text(name string, required bool, min, max int) (s string, ok bool
 		b.fail(name, "must be a string")
 		return "", false
 	}
+	if strings.Count(s, "\uFFFD") > sentReplacements(v) {
+		// encoding/json decodes a lone surrogate escape ("\ud800") to
+		// U+FFFD: the text would be stored other than it was sent.
+		b.fail(name, `must be valid Unicode: a \ud800-\udfff escape must be half of a surrogate pair`)
+		return "", false
+	}
 	// Checked before the trim, which would take CR, VT, FF and NEL off the
 	// ends: they are refused wherever they are.
 	if strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\t' }) { // C0, DEL and C1
@@ -160,6 +166,13 @@ func (b *body) text(name string, required bool, min, max int) (s string, ok bool
 		return "", false
 	}
 	return s, true
+}
+
+// sentReplacements counts the U+FFFD characters the JSON string v sends
+// as such: as UTF-8 or as a \ufffd escape (an escaped backslash before
+// "ufffd" counts too, which only errs towards accepting).
+func sentReplacements(v []byte) int {
+	return bytes.Count(v, []byte("\uFFFD")) + bytes.Count(bytes.ToLower(v), []byte(`\ufffd`))
 }
 
 // plainDecimal is the error of an amount sent as a string that does not

@@ -427,6 +427,10 @@ func TestPortfolioValidation(t *testing.T) {
 		// Refused at the ends too, which the trim would take off (an audit).
 		{"control characters at the ends", "POST", "/api/v1/portfolio", `{"name":"\r\u000bX\u0085"}`, "name"},
 		{"form feed before a description", "POST", "/api/v1/portfolio", `{"name":"a","description":"\fD"}`, "description"},
+		// encoding/json turns these into U+FFFD (an audit).
+		{"lone high surrogate", "POST", "/api/v1/portfolio", `{"name":"a\ud800b"}`, "name"},
+		{"lone low surrogate in notes", "POST", holdings, `{"coin_id":"bitcoin","quantity":1,"buy_price":1,"notes":"\udc00"}`, "notes"},
+		{"surrogates reversed", "POST", "/api/v1/portfolio", `{"name":"x","description":"\ude80\ud83d"}`, "description"},
 		{"a field where none is taken", "POST", fmt.Sprintf("/api/v1/portfolio/%d/sync", p.ID), `{"x":1}`, "x"},
 		{"bool quantity", "POST", holdings, `{"coin_id":"bitcoin","quantity":true,"buy_price":1}`, "quantity"},
 		{"huge quantity", "POST", holdings, `{"coin_id":"bitcoin","quantity":1e15,"buy_price":1}`, "quantity"},
@@ -460,6 +464,20 @@ func TestPortfolioValidation(t *testing.T) {
 				t.Errorf("error %q, details %v: want one naming %s", res.Error.Message, res.Error.Details, tt.field)
 			}
 		})
+	}
+	// A pair is one character; U+FFFD sent as such, escaped or not, is
+	// kept.
+	for body, want := range map[string]string{
+		`{"name":"rocket \ud83d\ude80"}`:    "rocket \U0001F680",
+		`{"name":"sent \ufffd and \uFFFD"}`: "sent \uFFFD and \uFFFD",
+		"{\"name\":\"raw \uFFFD\"}":         "raw \uFFFD",
+	} {
+		res := send(t, srv, "POST", "/api/v1/portfolio", key, body)
+		var got struct{ Name string }
+		json.Unmarshal(res.Data, &got)
+		if res.Status != http.StatusCreated || got.Name != want {
+			t.Errorf("%s: %d, name %q, want %q", body, res.Status, got.Name, want)
+		}
 	}
 	// A body that is not UTF-8 is refused, not stored with U+FFFD.
 	for _, method := range []string{"POST", "PATCH"} {
