@@ -48,6 +48,9 @@ type cached struct {
 	etag []string // the ETag header's value
 }
 
+// MemoSize counts c against its snapshot's memo budget.
+func (c *cached) MemoSize() int { return len(c.body) + len(c.etag[0]) + 64 }
+
 // respond serves the body memoised under key in snap (building it with
 // build on first use); see serveCached.
 func (s *Server) respond(w http.ResponseWriter, r *http.Request, snap *market.Snapshot, key string, meta *Meta, build func() (any, error)) error {
@@ -73,7 +76,9 @@ func encodeCached(snap *market.Snapshot, key string, v any) (*cached, error) {
 	}
 	h := fnv.New64a()
 	h.Write([]byte(key))
-	return &cached{body: body, etag: []string{`"` + snap.ID + "." + strconv.FormatUint(h.Sum64(), 36) + `"`}}, nil
+	// Weak: the data is the same for every request with the key, but meta
+	// (timestamp, request_id) is not, so the bytes are not.
+	return &cached{body: body, etag: []string{`W/"` + snap.ID + "." + strconv.FormatUint(h.Sum64(), 36) + `"`}}, nil
 }
 
 // serveCached writes c with ETag and Cache-Control, or 304 when the client
@@ -89,7 +94,10 @@ func (s *Server) serveCached(w http.ResponseWriter, r *http.Request, snap *marke
 	return writeRaw(w, http.StatusOK, c.body, meta)
 }
 
+// etagMatch applies If-None-Match's weak comparison (RFC 9110 §13.1.2):
+// the tags match whether either is weak.
 func etagMatch(header, etag string) bool {
+	etag = strings.TrimPrefix(etag, "W/")
 	for _, tag := range strings.Split(header, ",") {
 		if tag = strings.TrimPrefix(strings.TrimSpace(tag), "W/"); tag == etag || tag == "*" {
 			return true

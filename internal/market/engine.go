@@ -443,6 +443,7 @@ func (e *Engine) publish(now time.Time) {
 	s := Build(snapshotID(now), now, e.cfg.Feed.Name(), e.cfg.Feed.Simulated(), details, e.markets, e.cfg.MinMoverVolume)
 	e.mu.Lock()
 	if prev := e.current.Load(); prev != nil && prev.ID != s.ID {
+		prev.Retire()
 		e.retained = append(e.retained, retainedSnapshot{prev, now})
 	}
 	// Kept Retain after it was replaced, so at least Retain after a

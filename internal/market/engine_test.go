@@ -660,6 +660,8 @@ func testSnapshotRetention(t *testing.T, refresh time.Duration) {
 				t.Errorf("Snapshot(%q) from %v = %v, want it kept (age %v)", p.id, p.asOf, got, now.Sub(p.asOf))
 			case !keep && got != nil:
 				t.Errorf("Snapshot(%q) from %v still reachable %v after it was replaced, want nil after Retain", p.id, p.asOf, now.Sub(p.replaced))
+			case got != nil && got.retired.Load() == p.replaced.IsZero():
+				t.Errorf("Snapshot(%q) from %v: retired %v, want it retired once replaced", p.id, p.asOf, got.retired.Load())
 			}
 		})
 	}

@@ -48,17 +48,35 @@ type Snapshot struct {
 	losers   []*coinpulse.CoinDetail // by 24 h change, ascending, ties by rank
 	lower    []searchKey             // parallel to coins
 
-	memo      sync.Map
-	memoCount atomic.Int32
+	memo sync.Map
+	// budget is what the memo may still take in, for "markets|" keys
+	// (the pages of /markets) and for the others apart, so that one kind
+	// of response cannot crowd out the other.
+	budget [2]memoBudget
+	// retired is set once a newer snapshot replaced this one: its memo is
+	// emptied and takes nothing more (see Retire).
+	retired atomic.Bool
 }
+
+// memoBudget is what one class of memo keys may still take: entries and
+// bytes.
+type memoBudget struct{ entries, bytes atomic.Int64 }
 
 // searchKey is a coin's lower-case symbol, name and id, and all three
 // joined by NULs, which one look rules out for most coins.
 type searchKey struct{ symbol, name, id, all string }
 
-// maxMemo bounds how many encoded responses one snapshot keeps, so that a
-// client walking every page size cannot grow memory without end.
-const maxMemo = 512
+// A snapshot keeps at most maxMemo encoded responses of each class, and
+// maxMemoBytes of them, so that a client walking every page size or every
+// coin's history cannot grow memory without end.
+const (
+	maxMemo      = 256
+	maxMemoBytes = 16 << 20
+)
+
+// MemoSizer is what a value kept by Memo tells of its size in bytes; a
+// value that does not implement it counts as none.
+type MemoSizer interface{ MemoSize() int }
 
 // Build makes a snapshot of details (ranked here by market cap, ties by id).
 func Build(id string, asOf time.Time, feed string, simulated bool, details []coinpulse.CoinDetail, markets *int, minMoverVolume float64) *Snapshot {
@@ -271,15 +289,36 @@ func Memo[T any](s *Snapshot, key string, build func() (T, error)) (T, error) {
 		return v.(T), nil
 	}
 	v, err := build()
-	if err != nil {
+	if err != nil || s.retired.Load() {
 		return v, err
 	}
-	if s.memoCount.Add(1) <= maxMemo {
+	size := int64(0)
+	if m, ok := any(v).(MemoSizer); ok {
+		size = int64(m.MemoSize())
+	}
+	b := &s.budget[0]
+	if strings.HasPrefix(key, "markets|") {
+		b = &s.budget[1]
+	}
+	if b.entries.Add(1) <= maxMemo && b.bytes.Add(size) <= maxMemoBytes {
 		if old, loaded := s.memo.LoadOrStore(key, v); loaded {
 			return old.(T), nil
 		}
+		if s.retired.Load() { // retired while v was built
+			s.memo.Delete(key)
+		}
 	}
 	return v, nil
+}
+
+// Retire empties the memo of a snapshot a newer one has replaced, and
+// keeps it from taking more: a retired snapshot answers only the pages of
+// /markets asked with its id, which are encoded again for each request,
+// rather than keep what its clients were sent for the minutes it is
+// retained.
+func (s *Snapshot) Retire() {
+	s.retired.Store(true)
+	s.memo.Clear()
 }
 
 // snapshotID renders a snapshot's opaque id: a function of its time alone,

@@ -580,6 +580,45 @@ func TestMemo(t *testing.T) {
 			t.Errorf("snapshot keeps %d entries, want %d", n, maxMemo)
 		}
 	})
+	t.Run("bounded in bytes", func(t *testing.T) {
+		s := build(t, manyCoins(10, 6)...)
+		big := sized(make([]byte, maxMemoBytes/4))
+		for i := range 6 {
+			Memo(s, "history|"+strconv.Itoa(i), func() (sized, error) { return big, nil })
+		}
+		n := 0
+		s.memo.Range(func(any, any) bool { n++; return true })
+		if n != 4 {
+			t.Errorf("snapshot keeps %d responses of a quarter of the byte bound, want 4", n)
+		}
+	})
+	t.Run("the pages of /markets apart", func(t *testing.T) {
+		s := build(t, manyCoins(10, 6)...)
+		for i := range maxMemo + 10 { // a client asking for every coin
+			Memo(s, "coin|c"+strconv.Itoa(i), func() (sized, error) { return sized("x"), nil })
+		}
+		builds := 0
+		for range 3 {
+			Memo(s, "markets|market_cap_desc|1|100", func() (sized, error) { builds++; return sized("page"), nil })
+		}
+		if builds != 1 {
+			t.Errorf("a page of /markets built %d times after the other responses filled their bound, want 1", builds)
+		}
+	})
+	t.Run("retired", func(t *testing.T) {
+		s := build(t, manyCoins(10, 6)...)
+		Memo(s, "markets|a", func() (sized, error) { return sized("a"), nil })
+		s.Retire()
+		builds := 0
+		for range 3 {
+			Memo(s, "markets|a", func() (sized, error) { builds++; return sized("a"), nil })
+		}
+		n := 0
+		s.memo.Range(func(any, any) bool { n++; return true })
+		if builds != 3 || n != 0 {
+			t.Errorf("a retired snapshot: %d builds of 3 calls, %d entries kept; want 3 and none", builds, n)
+		}
+	})
 	t.Run("concurrent callers agree", func(t *testing.T) {
 		s := build(t, manyCoins(10, 7)...)
 		var wg sync.WaitGroup
@@ -650,3 +689,8 @@ func TestMoverTiesByRank(t *testing.T) {
 		t.Errorf("gainers %v, want %v (ties by rank)", got, want)
 	}
 }
+
+// sized is a memo value that tells its size.
+type sized []byte
+
+func (s sized) MemoSize() int { return len(s) }
