@@ -416,6 +416,17 @@ func TestConditionalGet(t *testing.T) {
 	if res.Status != 200 {
 		t.Errorf("non-matching If-None-Match: %d", res.Status)
 	}
+	// Weak, as meta differs from answer to answer; matched with or
+	// without W/, among others.
+	etag := res.Header.Get("ETag")
+	if !strings.HasPrefix(etag, `W/"`) {
+		t.Errorf("ETag %s, want a weak one", etag)
+	}
+	for _, inm := range []string{etag, strings.TrimPrefix(etag, "W/"), `"a", ` + etag + `, "b"`, "*"} {
+		if res := do(t, srv, "GET", "/api/v1/markets?snapshot="+snap, key, "If-None-Match", inm); res.Status != http.StatusNotModified {
+			t.Errorf("If-None-Match %s: %d, want 304", inm, res.Status)
+		}
+	}
 }
 
 func TestSearch(t *testing.T) {
