@@ -187,8 +187,9 @@ func (s *Snapshot) Page(order Order, page, perPage int) (items []*coinpulse.Coin
 	return all[start:min(start+perPage, len(all))], totalPages
 }
 
-// Search matches q case-insensitively on symbol, name or id: exact symbol
-// or id, exact name, prefix, substring, each by market cap rank.
+// Search matches q case-insensitively on symbol, name or id: exact
+// symbol, exact name or id, prefix, substring (SPEC's order, the id
+// ranked with the name), each by market cap rank.
 func (s *Snapshot) Search(q string, limit int) []*coinpulse.CoinDetail {
 	q = strings.ToLower(q)
 	var buckets [4][]*coinpulse.CoinDetail
@@ -198,9 +199,9 @@ func (s *Snapshot) Search(q string, limit int) []*coinpulse.CoinDetail {
 			continue
 		}
 		switch {
-		case k.symbol == q || k.id == q:
+		case k.symbol == q:
 			b = 0
-		case k.name == q:
+		case k.name == q || k.id == q:
 			b = 1
 		case strings.HasPrefix(k.symbol, q) || strings.HasPrefix(k.name, q) || strings.HasPrefix(k.id, q):
 			b = 2

@@ -219,9 +219,12 @@ func TestSearch(t *testing.T) {
 		coin{id: "wrapped-bitcoin", symbol: "wbtc", name: "Wrapped Bitcoin", mcap: 600},
 		coin{id: "renbtc", symbol: "renbtc", name: "renBTC", mcap: 5},
 		coin{id: "ethereum", symbol: "eth", name: "Ethereum", mcap: 800},
+		coin{id: "nem", symbol: "xem", name: "NEM", mcap: 3},
+		coin{id: "sim-nemula", symbol: "nem", name: "Nemula", mcap: 2},
 	)
 	// ranks: bitcoin 1, ethereum 2, wrapped-bitcoin 3, bitcoin-cash 4,
-	// btc-prefix-name 5, btc-standard 6, named-btc 7, btc-clone 8, renbtc 9
+	// btc-prefix-name 5, btc-standard 6, named-btc 7, btc-clone 8, renbtc 9,
+	// nem 10, sim-nemula 11
 	tests := []struct {
 		name  string
 		q     string
@@ -239,7 +242,8 @@ func TestSearch(t *testing.T) {
 		{"prefix by rank", "bitc", 20, []string{"bitcoin", "bitcoin-cash", "wrapped-bitcoin"}},
 		{"substring of a name", "coin c", 20, []string{"bitcoin-cash"}},
 		{"substring of a symbol", "th", 20, []string{"ethereum"}},
-		{"exact id with the exact symbols", "bitcoin-cash", 20, []string{"bitcoin-cash"}},
+		{"exact id with the exact names", "bitcoin-cash", 20, []string{"bitcoin-cash"}},
+		{"exact symbol before exact id and name (SPEC; an audit)", "NEM", 20, []string{"sim-nemula", "nem"}},
 		{"id prefix", "wrapped-", 20, []string{"wrapped-bitcoin"}},
 		{"id substring", "-clone", 20, []string{"btc-clone"}},
 		{"no match", "dogecoin", 20, []string{}},
