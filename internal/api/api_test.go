@@ -316,6 +316,11 @@ func TestValidation(t *testing.T) {
 		{"/api/v1/coins/bitcoin/history?interval=minutely", "interval"},
 		{"/api/v1/coins/bitcoin/history?days=365&interval=hourly", "interval"},
 		{"/api/v1/coins/bitcoin/history?days=max&interval=hourly", "interval"},
+		// An audit's: not UTF-8 once unescaped, no name.
+		{"/api/v1/markets/search?q=%ff%ff", "query"},
+		{"/api/v1/markets?%ff=1", "query"},
+		{"/api/v1/markets?=1", "query"},
+		{"/api/v1/markets?%20=1", "query"},
 	} {
 		t.Run(tc.path, func(t *testing.T) {
 			res := do(t, srv, "GET", tc.path, key)

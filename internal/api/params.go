@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"coinpulse"
 )
@@ -44,6 +45,12 @@ func parseQuery(rawQuery string, allowed ...string) (query, error) {
 		}
 		if value, err = unescape(value); err != nil {
 			return q, err
+		}
+		if !utf8.ValidString(name) || !utf8.ValidString(value) {
+			return q, partError("query", "The query string is malformed: it is not UTF-8 once unescaped.")
+		}
+		if strings.TrimSpace(name) == "" {
+			return q, partError("query", fmt.Sprintf("The query string is malformed: %q has no parameter name.", truncate(seg, 50)))
 		}
 		if !slices.Contains(allowed, name) {
 			if len(allowed) == 0 {
