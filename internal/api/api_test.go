@@ -137,7 +137,14 @@ func TestUnroutedRequests(t *testing.T) {
 	wantError(t, do(t, srv, "GET", "/api/v2/markets", key), 404, coinpulse.CodeNotFound)
 	wantError(t, do(t, srv, "GET", "/nope", ""), 404, coinpulse.CodeNotFound)
 	wantError(t, do(t, srv, "GET", "/api/v1/portfolio-nope", key), 404, coinpulse.CodeNotFound)
-	res := do(t, srv, "POST", "/api/v1/markets", key)
+	// An escaped slash is no slash: the message names the path as sent,
+	// not a route that exists (an audit).
+	res := do(t, srv, "GET", "/api/v1/markets%2Fglobal", key)
+	wantError(t, res, 404, coinpulse.CodeNotFound)
+	if !strings.Contains(res.Error.Message, "/api/v1/markets%2Fglobal") {
+		t.Errorf("404 of an escaped slash: %q", res.Error.Message)
+	}
+	res = do(t, srv, "POST", "/api/v1/markets", key)
 	wantError(t, res, 405, coinpulse.CodeMethodNotAllowed)
 	if allow := res.Header.Get("Allow"); !strings.Contains(allow, "GET") {
 		t.Errorf("Allow %q", allow)

@@ -786,7 +786,7 @@ func (s *Server) unrouted(e *exchange, r *http.Request) {
 		m := s.newMeta(e)
 		writeData(e, rec.status, map[string]string{"location": rec.header.Get("Location")}, &m)
 	default:
-		s.writeError(e, r, coinpulse.Errorf(coinpulse.CodeNotFound, "No route %s %s. The API lives under /api/v1 (or /v1); see /docs.", r.Method, truncate(r.URL.Path, 200)))
+		s.writeError(e, r, coinpulse.Errorf(coinpulse.CodeNotFound, "No route %s %s. The API lives under /api/v1 (or /v1); see /docs.", r.Method, truncate(r.URL.EscapedPath(), 200)))
 	}
 }
 
