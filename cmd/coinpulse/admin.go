@@ -172,7 +172,14 @@ func runUsersSetTier(ctx context.Context, args []string, getenv func(string) str
 	if err := store.SetUserTier(ctx, u.ID, t, exp); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "user %s is now on tier %s\n", u.Email, t)
+	switch {
+	case exp == nil:
+		fmt.Fprintf(stdout, "user %s is now on tier %s\n", u.Email, t)
+	case exp.After(time.Now()):
+		fmt.Fprintf(stdout, "user %s is now on tier %s until %s\n", u.Email, t, exp.UTC().Format(time.RFC3339))
+	default:
+		fmt.Fprintf(stdout, "user %s is now on tier %s, whose subscription ended at %s: calls are refused until a set-tier with a later --expires\n", u.Email, t, exp.UTC().Format(time.RFC3339))
+	}
 	return nil
 }
 
@@ -318,6 +325,16 @@ func runKeysRevoke(ctx context.Context, args []string, getenv func(string) strin
 		keyID = k.ID
 	} else if keyID, err = strconv.ParseInt(*id, 10, 64); err != nil {
 		return fmt.Errorf("--id must be a number: %w", err)
+	}
+	keys, err := store.KeysByUser(ctx, u.ID)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if k.ID == keyID && k.RevokedAt != nil {
+			fmt.Fprintf(stdout, "key %d of %s was already revoked at %s\n", keyID, u.Email, k.RevokedAt.UTC().Format(time.RFC3339))
+			return nil
+		}
 	}
 	if err := store.RevokeKey(ctx, u.ID, keyID, time.Now()); err != nil {
 		return err

@@ -96,13 +96,24 @@ func TestOperatorCLI(t *testing.T) {
 	if _, _, err := cli(t, env, "keys", "create", "--email", "ann@example.com"); coinpulse.ErrorCode(err) != coinpulse.CodeKeyLimitReached {
 		t.Errorf("sixth key: %v, want KEY_LIMIT_REACHED", err)
 	}
-	mustCLI(t, env, "keys", "revoke", "--email", "ann@example.com", "--key", strings.TrimSpace(key))
+	if out := mustCLI(t, env, "keys", "revoke", "--email", "ann@example.com", "--key", strings.TrimSpace(key)); !strings.HasPrefix(out, "revoked key ") {
+		t.Errorf("keys revoke said %q", out)
+	}
 	if list := mustCLI(t, env, "keys", "list", "--email", "ann@example.com"); !strings.Contains(list, "revoked") {
 		t.Errorf("revoked key not shown as revoked:\n%s", list)
+	}
+	if out := mustCLI(t, env, "keys", "revoke", "--email", "ann@example.com", "--key", strings.TrimSpace(key)); !strings.Contains(out, "was already revoked at") {
+		t.Errorf("revoking a revoked key said %q", out)
 	}
 	mustCLI(t, env, "keys", "create", "--email", "ann@example.com") // a slot is free again
 	if _, _, err := cli(t, env, "keys", "revoke", "--email", "ann@example.com", "--id", "9999"); !coinpulse.IsNotFound(err) {
 		t.Errorf("revoking an unknown id: %v", err)
+	}
+	if out := mustCLI(t, env, "users", "set-tier", "--email", "ann@example.com", "--tier", "pro", "--expires", "now"); !strings.Contains(out, "subscription ended at") {
+		t.Errorf("set-tier --expires now said %q", out)
+	}
+	if out := mustCLI(t, env, "users", "set-tier", "--email", "ann@example.com", "--tier", "pro", "--expires", "2099-01-01T00:00:00Z"); !strings.Contains(out, "until 2099-01-01T00:00:00Z") {
+		t.Errorf("set-tier --expires 2099 said %q", out)
 	}
 	mustCLI(t, env, "users", "set-tier", "--email", "ann@example.com", "--tier", "free")
 	if _, _, err := cli(t, env, "users", "set-tier", "--email", "nobody@example.com", "--tier", "pro"); !coinpulse.IsNotFound(err) {
