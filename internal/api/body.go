@@ -349,6 +349,18 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// refuseUnsent ends, as its answer is done, the wait for a body the
+// client was never asked for: net/http, which closes the connection after
+// answering an "Expect: 100-continue" request without its "100 Continue",
+// first reads up to 256 KiB of the body that will not come, until the
+// deadline (an audit: a refused upload held its connection 30 s). A body
+// the handler read from is left to its deadline.
+func (b *deadlineBody) refuseUnsent() {
+	if !b.read {
+		b.rc.SetReadDeadline(time.Now())
+	}
+}
+
 // bodyTimeout is the REQUEST_TIMEOUT of a request whose body did not
 // arrive within its deadline.
 func bodyTimeout() error {

@@ -371,3 +371,40 @@ func netHTTPForm(p string) bool {
 	}
 	return false
 }
+
+// A request that asks "Expect: 100-continue" and is refused before its
+// body is asked for is answered and its connection ended at once: net/http
+// would first wait for the body the client holds back, until the body's
+// deadline (an audit: 30 s). One whose body is asked for gets it read.
+func TestExpectContinueRefusedAtOnce(t *testing.T) {
+	hs := envelopeServer(t)
+	res, body := rawExchange(t, hs, "POST", "POST /api/v1/portfolio HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_live_nope\r\n"+
+		"Content-Type: application/json\r\nContent-Length: 100000\r\nExpect: 100-continue\r\n\r\n")
+	if res.StatusCode != http.StatusUnauthorized || !bytes.Contains(body, []byte(`"INVALID_API_KEY"`)) {
+		t.Errorf("refused: %d %s", res.StatusCode, body)
+	}
+
+	c, err := net.Dial("tcp", hs.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	payload := `{"name":"expected"}`
+	fmt.Fprintf(c, "POST /api/v1/portfolio HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", proKey(t), len(payload))
+	br := bufio.NewReader(c)
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 100 Continue") {
+		t.Fatalf("before the body: %q, %v", line, err)
+	}
+	br.ReadString('\n') // the blank line ending the 100
+	io.WriteString(c, payload)
+	res2, err := http.ReadResponse(br, &http.Request{Method: "POST"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res2.Body)
+	if res2.StatusCode != http.StatusCreated || !bytes.Contains(b, []byte(`"expected"`)) {
+		t.Errorf("sent after 100 Continue: %d %s", res2.StatusCode, b)
+	}
+}

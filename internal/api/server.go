@@ -725,6 +725,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		// KiB or more unread).
 		r = r.WithContext(r.Context())
 		r.Body = newDeadlineBody(w, e, r.Body, s.bodyTimeout)
+		if b := e.body; b != nil && strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+			defer b.refuseUnsent()
+		}
 	}
 	if s.dashboard != nil && (r.URL.Path == "/user/api" || strings.HasPrefix(r.URL.Path, "/user/api/")) {
 		s.dashboard.ServeHTTP(e, r)
