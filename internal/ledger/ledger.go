@@ -65,6 +65,9 @@ func Parse(s string) (decimal.Decimal, error) {
 		return decimal.Decimal{}, fmt.Errorf("must not be negative")
 	}
 	if !jsonNumber(s) {
+		if numberSyntax(s, maxLen) {
+			return decimal.Decimal{}, fmt.Errorf("must be a number with an exponent of at most 3 digits (any other is out of range: at least 10^%d, or more than %d decimal places)", MaxDigits, MaxScale)
+		}
 		return decimal.Decimal{}, fmt.Errorf("must be a number")
 	}
 	d, err := decimal.NewFromString(s)
@@ -83,7 +86,11 @@ func Parse(s string) (decimal.Decimal, error) {
 
 // jsonNumber reports whether s is a non-negative JSON number whose
 // exponent, if any, is at most three digits.
-func jsonNumber(s string) bool {
+func jsonNumber(s string) bool { return numberSyntax(s, 3) }
+
+// numberSyntax reports whether s is a JSON number without a sign whose
+// exponent has at most expDigits digits.
+func numberSyntax(s string, expDigits int) bool {
 	i := 0
 	digits := func() int {
 		n := 0
@@ -110,7 +117,7 @@ func jsonNumber(s string) bool {
 		if i < len(s) && (s[i] == '+' || s[i] == '-') {
 			i++
 		}
-		if n := digits(); n == 0 || n > 3 {
+		if n := digits(); n == 0 || n > expDigits {
 			return false
 		}
 	}

@@ -27,7 +27,8 @@ func TestParse(t *testing.T) {
 	}
 	bad := map[string]string{
 		"": "number", "abc": "number", "1.": "number", ".5": "number", "01": "number", "1e": "number",
-		"1e1000": "number", "1e999999999": "number", "0x10": "number", " 1": "number", "1 ": "number",
+		"1e1000": "exponent of at most 3 digits", "1e999999999": "exponent of at most 3 digits", "0e100000": "exponent of at most 3 digits",
+		"1e-1000": "exponent of at most 3 digits", "0x10": "number", " 1": "number", "1 ": "number",
 		"NaN": "number", "Infinity": "number", "-1": "negative", "-0.5": "negative",
 		"1000000000000000": "less than", "1e15": "less than",
 		"0.0000000000000000001": "decimal places", "1.1234567890123456789": "decimal places",
