@@ -301,7 +301,7 @@ func ErrWebhookNotFound(id int64) error { return Errorf(CodeNotFound, "No webhoo
 
 // ErrAlertLimit is the refusal of an alert past the plan's cap.
 func ErrAlertLimit(max int) error {
-	return Errorf(CodeAlertLimitReached, "Your plan allows %d active alerts; disable or delete one, or upgrade at /user/api.", max)
+	return Errorf(CodeAlertLimitReached, "Your plan allows %s; disable or delete one, or upgrade at /user/api.", Count(max, "active alert", "active alerts"))
 }
 
 // ErrWebhookLimit is the refusal of an endpoint past MaxWebhooks.

@@ -68,6 +68,14 @@ func Errorf(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
+// Count renders n things: "1 portfolio", "5 portfolios".
+func Count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
 // ValidationError returns a VALIDATION_ERROR with one field detail; its
 // message names the field.
 func ValidationError(field, message string) *Error {

@@ -183,3 +183,11 @@ func FuzzLoadPlans(f *testing.F) {
 		}
 	})
 }
+
+func TestCount(t *testing.T) {
+	for n, want := range map[int]string{0: "0 portfolios", 1: "1 portfolio", 2: "2 portfolios", 1000: "1000 portfolios"} {
+		if got := Count(n, "portfolio", "portfolios"); got != want {
+			t.Errorf("Count(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

@@ -221,5 +221,5 @@ func ErrHoldingNotFound(id int64) error {
 // ErrPortfolioLimit is PORTFOLIO_LIMIT_REACHED: the owner holds max
 // portfolios or more (a plan may have been lowered since).
 func ErrPortfolioLimit(max int) error {
-	return Errorf(CodePortfolioLimitReached, "Your plan allows %d portfolios, and you have reached that; delete one or upgrade at /user/api.", max)
+	return Errorf(CodePortfolioLimitReached, "Your plan allows %s, and you have reached that; delete one or upgrade at /user/api.", Count(max, "portfolio", "portfolios"))
 }

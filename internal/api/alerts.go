@@ -68,7 +68,7 @@ func alertLimit(p *principal, max int) error {
 		return coinpulse.Errorf(coinpulse.CodeAlertLimitReached, "The %s plan includes no active alerts; upgrade at /user/api.", p.user.Tier)
 	}
 	return coinpulse.Errorf(coinpulse.CodeAlertLimitReached,
-		"The %s plan allows %d active alerts per mode (live and sandbox each), and this mode has reached that; disable or delete one, or upgrade at /user/api.", p.user.Tier, max)
+		"The %s plan allows %s per mode (live and sandbox each), and this mode has reached that; disable or delete one, or upgrade at /user/api.", p.user.Tier, coinpulse.Count(max, "active alert", "active alerts"))
 }
 
 // GET /alerts

@@ -159,7 +159,7 @@ func portfolioLimit(p *principal, max int) error {
 		return coinpulse.Errorf(coinpulse.CodePortfolioLimitReached, "The %s plan includes no portfolios; upgrade at /user/api.", p.user.Tier)
 	}
 	return coinpulse.Errorf(coinpulse.CodePortfolioLimitReached,
-		"The %s plan allows %d portfolios per mode (live and sandbox each), and this mode has reached that; delete one or upgrade at /user/api.", p.user.Tier, max)
+		"The %s plan allows %s per mode (live and sandbox each), and this mode has reached that; delete one or upgrade at /user/api.", p.user.Tier, coinpulse.Count(max, "portfolio", "portfolios"))
 }
 
 // PATCH /portfolio/{id}
