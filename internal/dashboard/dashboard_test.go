@@ -834,6 +834,7 @@ func TestJSON(t *testing.T) {
 		`{"name":"x","mode":"live","permissions":"read"}`:                  "permissions",
 		`{"name":"x","mode":"test","permissions":["read"],"mode":"live"}`:  "mode",
 		"{\"name\":\"\xff\",\"mode\":\"live\",\"permissions\":[\"read\"]}": "body",
+		`{"name":"x","permissions":["read"]}`:                              "mode",
 	} {
 		p := post("/user/api/data/keys", bad)
 		var e struct {
@@ -848,6 +849,13 @@ func TestJSON(t *testing.T) {
 			len(e.Error.Details) == 0 || e.Error.Details[0].Field != field {
 			t.Errorf("%s: %d %s, want 422 naming %s", bad, p.status, p.body, field)
 		}
+	}
+	if p := post("/user/api/data/keys", `{"name":"x","permissions":["read"]}`); !strings.Contains(p.body, "invalid mode: is required") {
+		t.Errorf("no mode: %s", p.body)
+	}
+	// Query parameters are refused, as the API refuses them (an audit).
+	if p := c.get("/user/api/data/usage?days=7"); p.status != http.StatusUnprocessableEntity || !strings.Contains(p.body, `"field":"query"`) {
+		t.Errorf("data/usage?days=7: %d %s", p.status, p.body)
 	}
 	for range 4 {
 		post("/user/api/data/keys", `{"name":"more","mode":"test","permissions":["read","write"]}`)

@@ -83,6 +83,11 @@ func (d *Dashboard) jsonError(w http.ResponseWriter, err error) {
 // dataAuth authenticates a JSON request (and, for a POST, its
 // X-CSRF-Token), answering the error itself when it fails.
 func (d *Dashboard) dataAuth(w http.ResponseWriter, r *http.Request) *auth {
+	if r.URL.RawQuery != "" {
+		// As the API: a parameter sent for nothing is a typo to hear of.
+		d.jsonError(w, coinpulse.ValidationError("query", "the dashboard's JSON endpoints take no query parameters"))
+		return nil
+	}
 	a, err := d.authenticate(r)
 	if errors.Is(err, errNoSession) {
 		d.jsonError(w, coinpulse.Errorf(coinpulse.CodeInvalidAPIKey, "No valid session: log in at /user/api/login and send the session cookie."))

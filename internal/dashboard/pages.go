@@ -171,8 +171,11 @@ func validateKey(name, mode string, perms []string) (*newKeyRequest, error) {
 		return nil, err
 	}
 	req := &newKeyRequest{name: name, mode: coinpulse.Mode(mode)}
+	if mode == "" {
+		return nil, coinpulse.ValidationError("mode", "is required: live or test.")
+	}
 	if !req.mode.Valid() {
-		return nil, coinpulse.ValidationError("mode", "The mode is live or test.")
+		return nil, coinpulse.ValidationError("mode", "must be live or test.")
 	}
 	for _, p := range perms {
 		switch p {
