@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 
@@ -206,6 +207,13 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) err
 	if errors.Is(err, flag.ErrHelp) {
 		return helpError{printed.String()} // -h: run prints the flags on stdout, a success
 	}
+	if m := invalidValue.FindStringSubmatch(fmt.Sprint(err)); m != nil && fs.Lookup(m[2]) != nil {
+		// A value that does not parse: say what the flag wants rather
+		// than list every flag.
+		err = fmt.Errorf("--%s %q: want %s (%s -h lists the flags)", m[2], m[1], flagKind(fs.Lookup(m[2])), fs.Name())
+		fmt.Fprintln(out, err)
+		return usageError{err}
+	}
 	out.Write(printed.Bytes())
 	if err != nil {
 		return usageError{err}
@@ -242,6 +250,10 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) err
 	})
 	return envErr
 }
+
+// invalidValue matches the flag package's error for a value that does not
+// parse.
+var invalidValue = regexp.MustCompile(`^invalid (?:boolean )?value "(.*)" for (?:flag )?-([^:]+): `)
 
 // flagKind says what kind of value f takes: "a duration", "an int",
 // "true or false".

@@ -815,6 +815,17 @@ func TestBadEnvironmentValueSaysWhatIsWanted(t *testing.T) {
 			t.Errorf("%s=fast: %v, want %q", name, err, want)
 		}
 	}
+	// On the command line too, without the list of every flag (an audit).
+	for flag, want := range map[string]string{
+		"--refresh": "want a duration",
+		"--demo":    "want true or false",
+		"--seed":    "want an int",
+	} {
+		_, stderr, err := cli(t, nil, "serve", "--data-dir", t.TempDir(), flag+"=fast")
+		if err == nil || !strings.Contains(err.Error(), flag+` "fast": `+want) || strings.Contains(stderr, "Usage of") {
+			t.Errorf("%s=fast: %v, stderr %.200q; want %q alone", flag, err, stderr, want)
+		}
+	}
 }
 
 // go-redis's own messages reach the service's log as records of its
