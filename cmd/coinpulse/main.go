@@ -310,7 +310,7 @@ func openStore(ctx context.Context, dsn, dataDir string, create bool) (coinpulse
 	}
 	if !create {
 		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("no database at %s: check --db or --data-dir (serve or migrate creates one)", path)
+			return nil, fmt.Errorf("no database at %s: check --db or --data-dir (serve, migrate or users create makes one)", path)
 		}
 	}
 	return sqlite.Open(ctx, path)
