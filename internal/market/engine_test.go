@@ -701,18 +701,16 @@ func TestEngineOtherSeedBackfillsAgain(t *testing.T) {
 	}
 }
 
-// Nodes sharing a feed, a refresh interval and a database publish the
-// same snapshots, with the same ids, whenever each started: one that has
-// been running and rolled an hour up agrees with one that just started
-// from the state the first saved at the hour (which carries the quotes
-// the first folded into the extremes before the second started).
+// Nodes sharing a feed and a refresh interval publish the same snapshots,
+// with the same ids, whenever each started: one that has been running and
+// rolled an hour up agrees with one that just started and filled that hour
+// from the feed.
 func TestEngineNodesAgree(t *testing.T) {
 	t.Parallel()
-	path := loadedStore(t)
 	node := func(at time.Time) (*Engine, *fakeClock) {
 		clock := &fakeClock{t: at}
 		e := New(Config{
-			Feed: newSpy(t, 1), Store: openStore(t, path), Clock: clock.Now,
+			Feed: newSpy(t, 1), Store: openStore(t, loadedStore(t)), Clock: clock.Now,
 			Log:            slog.New(slog.NewTextHandler(io.Discard, nil)),
 			MinMoverVolume: 50_000, Refresh: time.Minute,
 		})

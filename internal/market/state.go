@@ -23,18 +23,15 @@ type coinState struct {
 }
 
 // ring is a run of evenly spaced points starting at Start (Unix seconds),
-// at most Keep of them. When Caps is set (the hourly ring; the daily one
-// needs only prices), Cap holds market caps, and High and Low the highest
-// and lowest price seen from each point's time to the next one's: the
-// point's own and the quotes observed since.
+// at most Keep of them. Cap holds market caps when Caps is set (the hourly
+// ring; the daily one needs only prices).
 type ring[T float32 | float64] struct {
-	Start     int64
-	Step      int64
-	Keep      int
-	Caps      bool
-	Price     []T
-	Cap       []T
-	High, Low []T
+	Start int64
+	Step  int64
+	Keep  int
+	Caps  bool
+	Price []T
+	Cap   []T
 }
 
 // add appends a point at t (Unix seconds, on the step): a point before the
@@ -50,35 +47,23 @@ func (r *ring[T]) add(t int64, price, mcap float64) {
 		r.Price[i] = T(price)
 		if r.Caps {
 			r.Cap[i] = T(mcap)
-			r.High[i], r.Low[i] = max(r.High[i], T(price)), min(r.Low[i], T(price))
 		}
 		return
 	case t != r.Start+int64(len(r.Price))*r.Step:
 		r.reset(t)
 	}
 	if len(r.Price) == r.Keep {
-		drop := func(vs []T) []T { copy(vs, vs[1:]); return vs[:r.Keep-1] }
-		r.Price = drop(r.Price)
+		copy(r.Price, r.Price[1:])
+		r.Price = r.Price[:r.Keep-1]
 		if r.Caps {
-			r.Cap, r.High, r.Low = drop(r.Cap), drop(r.High), drop(r.Low)
+			copy(r.Cap, r.Cap[1:])
+			r.Cap = r.Cap[:r.Keep-1]
 		}
 		r.Start += r.Step
 	}
 	r.Price = append(r.Price, T(price))
 	if r.Caps {
 		r.Cap = append(r.Cap, T(mcap))
-		r.High, r.Low = append(r.High, T(price)), append(r.Low, T(price))
-	}
-}
-
-// observe folds a quote's price at t into the High and Low of the point
-// before it (none before the first point or past the last one's step).
-func (r *ring[T]) observe(t int64, price float64) {
-	if !r.Caps || len(r.Price) == 0 || t < r.Start {
-		return
-	}
-	if i := (t - r.Start) / r.Step; i < int64(len(r.Price)) {
-		r.High[i], r.Low[i] = max(r.High[i], T(price)), min(r.Low[i], T(price))
 	}
 }
 
@@ -89,13 +74,10 @@ func (r *ring[T]) reset(t int64) {
 	}
 	r.Price = r.Price[:0]
 	if r.Caps {
-		empty := func(vs []T) []T {
-			if cap(vs) < r.Keep {
-				return make([]T, 0, r.Keep)
-			}
-			return vs[:0]
+		if cap(r.Cap) < r.Keep {
+			r.Cap = make([]T, 0, r.Keep)
 		}
-		r.Cap, r.High, r.Low = empty(r.Cap), empty(r.High), empty(r.Low)
+		r.Cap = r.Cap[:0]
 	}
 }
 
@@ -168,14 +150,10 @@ func addTail[T float32 | float64](r *ring[T], pts []coinpulse.HistoryPoint) {
 	}
 }
 
-// apply takes a new quote, and folds its price into the all-time and the
-// hour's extremes: a high or a low the API has served is never taken back
-// by a later quote. (Nodes quote the feed on the same wall-clock grid, and
-// a starting node loads the state the others saved, so they agree but for
-// quotes taken before a node started and after the last save.)
+// apply takes a new quote. Quotes do not move the stored extremes: those
+// come from history points only, so that every node computes the same
+// figures whenever it started; detail folds the current price in.
 func (c *coinState) apply(q coinpulse.Quote) {
-	c.observe(q.Price, q.Time)
-	c.Hourly.observe(q.Time.Unix(), q.Price)
 	c.Price, c.Volume, c.Updated, c.HasQuote = q.Price, q.TotalVolume, q.Time, true
 	c.MarketCap = q.MarketCap
 	if c.MarketCap == 0 {
@@ -231,9 +209,9 @@ func (c *coinState) detail(now time.Time) coinpulse.CoinDetail {
 		d.MarketCapChange24h = ptr(c.MarketCap - m)
 		d.MarketCapChangePercentage24h = pct(c.MarketCap, m)
 		hi, lo := c.Price, c.Price
-		for i := range c.Hourly.Price { // float64
+		for i, v := range c.Hourly.Price { // float64
 			if c.Hourly.Start+int64(i)*c.Hourly.Step > day {
-				hi, lo = max(hi, c.Hourly.High[i]), min(lo, c.Hourly.Low[i])
+				hi, lo = max(hi, v), min(lo, v)
 			}
 		}
 		d.High24h, d.Low24h = &hi, &lo

@@ -13,20 +13,15 @@ import (
 // The saved state is a compact binary record, not gob: a warm start of
 // 10,000 coins reads and decodes it on the way to ready. Little-endian:
 //
-//	"CPS2" fingerprint lastHour lastDay count coin*
+//	"CPS1" fingerprint lastHour lastDay count coin*
 //	coin: id flags price mcap volume updated ath atl athDate atlDate hourly daily
-//	hourly: start step keep n price[n]f64 cap[n]f64 high[n]f64 low[n]f64
+//	hourly: start step keep n price[n]f64 cap[n]f64
 //	daily:  start step keep n price[n]f32
 //
 // Strings are a uvarint length and bytes; times are Unix nanoseconds
 // (int64, 0 for the zero time); counts are uvarints. A coin's info is not
-// saved: it comes from the feed at start. "CPS1", the format before the
-// hourly highs and lows, is still read (each hour's high and low its
-// price).
-const (
-	stateMagic   = "CPS2"
-	stateMagicV1 = "CPS1"
-)
+// saved: it comes from the feed at start.
+const stateMagic = "CPS1"
 
 type stateWriter struct{ b []byte }
 
@@ -63,8 +58,6 @@ func writeRing[T float32 | float64](w *stateWriter, r *ring[T]) {
 	put(r.Price)
 	if r.Caps {
 		put(r.Cap)
-		put(r.High)
-		put(r.Low)
 	}
 }
 
@@ -153,7 +146,7 @@ func (r *stateReader) t() time.Time {
 	return time.Time{}
 }
 
-func readRing[T float32 | float64](r *stateReader, dst *ring[T], v1 bool) {
+func readRing[T float32 | float64](r *stateReader, dst *ring[T]) {
 	dst.Start, dst.Step = r.i64(), r.i64()
 	dst.Keep = r.count(1 << 16)
 	n := r.count(uint64(dst.Keep))
@@ -178,12 +171,6 @@ func readRing[T float32 | float64](r *stateReader, dst *ring[T], v1 bool) {
 	dst.Price = get()
 	if dst.Caps {
 		dst.Cap = get()
-		if v1 {
-			dst.High = append(make([]T, 0, dst.Keep), dst.Price...)
-			dst.Low = append(make([]T, 0, dst.Keep), dst.Price...)
-		} else {
-			dst.High, dst.Low = get(), get()
-		}
 	}
 }
 
@@ -192,11 +179,9 @@ func readRing[T float32 | float64](r *stateReader, dst *ring[T], v1 bool) {
 func decodeState(b []byte) (savedState, error) {
 	var s savedState
 	r := &stateReader{b: b}
-	magic := string(r.take(len(stateMagic)))
-	if magic != stateMagic && magic != stateMagicV1 {
+	if string(r.take(len(stateMagic))) != stateMagic {
 		return s, errStateCorrupt
 	}
-	v1 := magic == stateMagicV1
 	s.Fingerprint = r.str()
 	s.LastHour, s.LastDay = r.t(), r.t()
 	n := r.count(10_000_000)
@@ -215,8 +200,8 @@ func decodeState(b []byte) (savedState, error) {
 		c.Updated = r.t()
 		c.ATH, c.ATL = r.f64(), r.f64()
 		c.ATHDate, c.ATLDate = r.t(), r.t()
-		readRing(r, &c.Hourly, v1)
-		readRing(r, &c.Daily, v1)
+		readRing(r, &c.Hourly)
+		readRing(r, &c.Daily)
 		s.Coins[id] = c
 	}
 	if r.err == nil && len(r.b) != 0 {

@@ -1,8 +1,6 @@
 package market
 
 import (
-	"bytes"
-	"slices"
 	"testing"
 	"time"
 
@@ -75,30 +73,4 @@ func FuzzDecodeState(f *testing.F) {
 			}
 		}
 	})
-}
-
-// A state saved before the hourly highs and lows ("CPS1") is read, each
-// hour's high and low its price.
-func TestStateReadsV1(t *testing.T) {
-	s, order := sampleState()
-	blob := encodeState(s, order)
-	// alpha's hourly highs and lows are right before its daily ring.
-	a := s.Coins["alpha"]
-	var tail stateWriter
-	writeRing(&tail, &a.Daily)
-	n := len(a.Hourly.Price)
-	end := bytes.Index(blob, tail.b)
-	if end < 0 {
-		t.Fatal("alpha's daily ring not found in the blob")
-	}
-	v1 := append([]byte(stateMagicV1), blob[len(stateMagic):end-16*n]...)
-	v1 = append(v1, blob[end:]...)
-	got, err := decodeState(v1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := got.Coins["alpha"].Hourly
-	if !slices.Equal(h.High, h.Price) || !slices.Equal(h.Low, h.Price) || !slices.Equal(h.Price, a.Hourly.Price) {
-		t.Errorf("v1 hourly ring: price %v high %v low %v", h.Price, h.High, h.Low)
-	}
 }
