@@ -49,18 +49,29 @@ type Snapshot struct {
 	lower    []searchKey             // parallel to coins
 
 	memo sync.Map
-	// budget is what the memo may still take in, for "markets|" keys
-	// (the pages of /markets) and for the others apart, so that one kind
-	// of response cannot crowd out the other.
-	budget [2]memoBudget
+	// budget is what the memo holds, by class of key (see memoClass), so
+	// that one kind of response cannot crowd out another.
+	budget [3]memoBudget
 	// retired is set once a newer snapshot replaced this one: its memo is
 	// emptied and takes nothing more (see Retire).
 	retired atomic.Bool
 }
 
-// memoBudget is what one class of memo keys may still take: entries and
-// bytes.
+// memoBudget is what one class of memo keys holds: entries and bytes.
 type memoBudget struct{ entries, bytes atomic.Int64 }
+
+// memoClass is the budget a key counts against: the pages of /markets,
+// the histories (large), and the rest (a coin, global, movers, the
+// portfolios' prices: small and asked for often).
+func memoClass(key string) int {
+	switch {
+	case strings.HasPrefix(key, "markets|"):
+		return 0
+	case strings.HasPrefix(key, "history|"):
+		return 1
+	}
+	return 2
+}
 
 // searchKey is a coin's lower-case symbol, name and id, and all three
 // joined by NULs, which one look rules out for most coins.
@@ -297,17 +308,26 @@ func Memo[T any](s *Snapshot, key string, build func() (T, error)) (T, error) {
 	if m, ok := any(v).(MemoSizer); ok {
 		size = int64(m.MemoSize())
 	}
-	b := &s.budget[0]
-	if strings.HasPrefix(key, "markets|") {
-		b = &s.budget[1]
+	// Reserved before the store and given back when the value is not
+	// kept (over the bound, or another caller stored the key first), so
+	// that callers building the same key at once count it once.
+	b := &s.budget[memoClass(key)]
+	if b.entries.Add(1) > maxMemo {
+		b.entries.Add(-1)
+		return v, nil
 	}
-	if b.entries.Add(1) <= maxMemo && b.bytes.Add(size) <= maxMemoBytes {
-		if old, loaded := s.memo.LoadOrStore(key, v); loaded {
-			return old.(T), nil
-		}
-		if s.retired.Load() { // retired while v was built
-			s.memo.Delete(key)
-		}
+	if b.bytes.Add(size) > maxMemoBytes {
+		b.bytes.Add(-size)
+		b.entries.Add(-1)
+		return v, nil
+	}
+	if old, loaded := s.memo.LoadOrStore(key, v); loaded {
+		b.bytes.Add(-size)
+		b.entries.Add(-1)
+		return old.(T), nil
+	}
+	if s.retired.Load() { // retired while v was built
+		s.memo.Delete(key)
 	}
 	return v, nil
 }

@@ -609,6 +609,40 @@ func TestMemo(t *testing.T) {
 			t.Errorf("a page of /markets built %d times after the other responses filled their bound, want 1", builds)
 		}
 	})
+	t.Run("callers of one key at once count it once", func(t *testing.T) {
+		s := build(t, manyCoins(10, 6)...)
+		var wg sync.WaitGroup
+		for range 64 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				Memo(s, "markets|page", func() (sized, error) { return sized(make([]byte, maxMemoBytes/8)), nil })
+			}()
+		}
+		wg.Wait()
+		if e, b := s.budget[0].entries.Load(), s.budget[0].bytes.Load(); e != 1 || b != maxMemoBytes/8 {
+			t.Errorf("64 callers of one key: the budget counts %d entries and %d bytes, want 1 and %d (review: duplicates used it up)", e, b, maxMemoBytes/8)
+		}
+		builds := 0
+		Memo(s, "markets|other", func() (sized, error) { builds++; return sized("x"), nil })
+		Memo(s, "markets|other", func() (sized, error) { builds++; return sized("x"), nil })
+		if builds != 1 {
+			t.Errorf("another page built %d times, want 1 (kept)", builds)
+		}
+	})
+	t.Run("histories apart from the small responses", func(t *testing.T) {
+		s := build(t, manyCoins(10, 6)...)
+		for i := range 40 {
+			Memo(s, "history|c"+strconv.Itoa(i)+"|max|daily", func() (sized, error) { return sized(make([]byte, maxMemoBytes/16)), nil })
+		}
+		builds := 0
+		for range 2 {
+			Memo(s, "global", func() (sized, error) { builds++; return sized("g"), nil })
+		}
+		if builds != 1 {
+			t.Errorf("global built %d times after the histories filled theirs, want 1", builds)
+		}
+	})
 	t.Run("retired", func(t *testing.T) {
 		s := build(t, manyCoins(10, 6)...)
 		Memo(s, "markets|a", func() (sized, error) { return sized("a"), nil })
