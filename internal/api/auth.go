@@ -249,6 +249,7 @@ func (c *keyCache) lookup(ctx context.Context, sum [sha256.Size]byte) (*principa
 	switch {
 	case c.epoch != epoch: // a revocation since we read would make p stale
 	case p == nil:
+		delete(c.entries, sum) // expired, and gone from the store since
 		if len(c.unknown) >= maxUnknown {
 			clear(c.unknown)
 		}

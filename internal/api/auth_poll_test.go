@@ -70,10 +70,14 @@ func TestAuthEpochPollLogsAnOutageOnce(t *testing.T) {
 type countingStore struct {
 	coinpulse.AccountStore
 	lookups atomic.Int64
+	gone    atomic.Bool // every key is unknown
 }
 
 func (s *countingStore) KeyByHash(ctx context.Context, hash string) (*coinpulse.APIKey, error) {
 	s.lookups.Add(1)
+	if s.gone.Load() {
+		return nil, coinpulse.Errorf(coinpulse.CodeNotFound, "no key")
+	}
 	return s.AccountStore.KeyByHash(ctx, hash)
 }
 
@@ -108,5 +112,29 @@ func TestUnknownKeysLeaveKnownCached(t *testing.T) {
 	}
 	if len(c.entries) != 1 || len(c.unknown) > maxUnknown {
 		t.Errorf("%d known and %d unknown entries", len(c.entries), len(c.unknown))
+	}
+}
+
+// A known key whose entry expired and that the store no longer has is
+// remembered as unknown, not asked for again on every call (review).
+func TestExpiredKeyGoneIsUnknown(t *testing.T) {
+	u := newUser(t, coinpulse.TierPro, nil)
+	key, _ := newKey(t, u, coinpulse.ModeLive, rw, nil)
+	store := &countingStore{AccountStore: shared.store}
+	c := newKeyCache(store, time.Now, time.Nanosecond)
+	sum := sha256.Sum256([]byte(key))
+	if p, _ := c.lookup(t.Context(), sum); p == nil {
+		t.Fatal("the key is not found")
+	}
+	store.gone.Store(true)
+	c.ttl = time.Minute
+	c.lookup(t.Context(), sum) // expired: asks the store, which says unknown
+	for range 3 {
+		if p, _ := c.lookup(t.Context(), sum); p != nil {
+			t.Fatal("a key the store no longer has is found")
+		}
+	}
+	if n := store.lookups.Load(); n != 2 {
+		t.Errorf("%d store lookups, want 2: the unknown answer remembered", n)
 	}
 }

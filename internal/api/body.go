@@ -143,7 +143,7 @@ func (b *body) text(name string, required bool, min, max int) (s string, ok bool
 		b.fail(name, "must be a string")
 		return "", false
 	}
-	if strings.Count(s, "\uFFFD") > sentReplacements(v) {
+	if loneSurrogate(v) {
 		// encoding/json decodes a lone surrogate escape ("\ud800") to
 		// U+FFFD: the text would be stored other than it was sent.
 		b.fail(name, `must be valid Unicode: a \ud800-\udfff escape must be half of a surrogate pair`)
@@ -168,11 +168,41 @@ func (b *body) text(name string, required bool, min, max int) (s string, ok bool
 	return s, true
 }
 
-// sentReplacements counts the U+FFFD characters the JSON string v sends
-// as such: as UTF-8 or as a \ufffd escape (an escaped backslash before
-// "ufffd" counts too, which only errs towards accepting).
-func sentReplacements(v []byte) int {
-	return bytes.Count(v, []byte("\uFFFD")) + bytes.Count(bytes.ToLower(v), []byte(`\ufffd`))
+// loneSurrogate reports whether the JSON string v escapes half of a
+// surrogate pair without the other half: a high one (\ud800-\udbff) not
+// followed at once by an escaped low one (\udc00-\udfff), or a low one
+// alone.
+func loneSurrogate(v []byte) bool {
+	hex4 := func(i int) (rune, bool) {
+		if i+6 > len(v) || v[i] != '\\' || v[i+1] != 'u' {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(string(v[i+2:i+6]), 16, 16)
+		return rune(n), err == nil
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] != '\\' {
+			continue
+		}
+		r, ok := hex4(i)
+		if !ok {
+			i++ // \\, \", \n...: the escaped character is not an escape
+			continue
+		}
+		switch {
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return true
+		case r >= 0xD800 && r <= 0xDBFF:
+			low, ok := hex4(i + 6)
+			if !ok || low < 0xDC00 || low > 0xDFFF {
+				return true
+			}
+			i += 11
+		default:
+			i += 5
+		}
+	}
+	return false
 }
 
 // plainDecimal is the error of an amount sent as a string that does not
@@ -349,17 +379,23 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// refuseUnsent ends, as its answer is done, the wait for a body the
+// refuseUnsent shortens, as its answer is done, the wait for a body the
 // client was never asked for: net/http, which closes the connection after
 // answering an "Expect: 100-continue" request without its "100 Continue",
-// first reads up to 256 KiB of the body that will not come, until the
-// deadline (an audit: a refused upload held its connection 30 s). A body
-// the handler read from is left to its deadline.
+// first reads up to 256 KiB of the body, until the deadline (an audit: a
+// refused upload held its connection 30 s). unsentGrace is left for a
+// client that sent its body without waiting, so that the connection
+// closes cleanly rather than with a reset that may lose the answer. A
+// body the handler read from is left to its deadline.
 func (b *deadlineBody) refuseUnsent() {
 	if !b.read {
-		b.rc.SetReadDeadline(time.Now())
+		b.rc.SetReadDeadline(time.Now().Add(unsentGrace))
 	}
 }
+
+// unsentGrace is how long a refused "Expect: 100-continue" request's body
+// is still read for.
+const unsentGrace = 500 * time.Millisecond
 
 // bodyTimeout is the REQUEST_TIMEOUT of a request whose body did not
 // arrive within its deadline.

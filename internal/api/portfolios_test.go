@@ -431,6 +431,8 @@ func TestPortfolioValidation(t *testing.T) {
 		{"lone high surrogate", "POST", "/api/v1/portfolio", `{"name":"a\ud800b"}`, "name"},
 		{"lone low surrogate in notes", "POST", holdings, `{"coin_id":"bitcoin","quantity":1,"buy_price":1,"notes":"\udc00"}`, "notes"},
 		{"surrogates reversed", "POST", "/api/v1/portfolio", `{"name":"x","description":"\ude80\ud83d"}`, "description"},
+		{"lone surrogate after an escaped U+FFFD (review)", "POST", "/api/v1/portfolio", `{"name":"\\ufffd\ud800"}`, "name"},
+		{"high surrogate before a plain character", "POST", "/api/v1/portfolio", `{"name":"a\ud83dx"}`, "name"},
 		{"a field where none is taken", "POST", fmt.Sprintf("/api/v1/portfolio/%d/sync", p.ID), `{"x":1}`, "x"},
 		{"bool quantity", "POST", holdings, `{"coin_id":"bitcoin","quantity":true,"buy_price":1}`, "quantity"},
 		{"huge quantity", "POST", holdings, `{"coin_id":"bitcoin","quantity":1e15,"buy_price":1}`, "quantity"},
@@ -470,6 +472,7 @@ func TestPortfolioValidation(t *testing.T) {
 	for body, want := range map[string]string{
 		`{"name":"rocket \ud83d\ude80"}`:    "rocket \U0001F680",
 		`{"name":"sent \ufffd and \uFFFD"}`: "sent \uFFFD and \uFFFD",
+		`{"name":"a \\ud800 b"}`:            "a \\ud800 b", // an escaped backslash, then text
 		"{\"name\":\"raw \uFFFD\"}":         "raw \uFFFD",
 	} {
 		res := send(t, srv, "POST", "/api/v1/portfolio", key, body)
