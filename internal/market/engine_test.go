@@ -670,6 +670,24 @@ func testSnapshotRetention(t *testing.T, refresh time.Duration) {
 	}
 }
 
+// With a fast refresh, at most maxRetained replaced snapshots stay
+// reachable, the newest ones, however many Retain would keep.
+func TestEngineRetainsAtMostMaxRetained(t *testing.T) {
+	t.Parallel()
+	env := loadedEnv(t, 5*time.Minute)
+	var ids []string
+	for i := 1; i <= 2*maxRetained; i++ {
+		ids = append(ids, env.tick(t, start.Add(time.Duration(i)*time.Second)).ID)
+	}
+	// The current one and the maxRetained before it are reachable.
+	for i, id := range ids {
+		kept := i >= len(ids)-1-maxRetained
+		if got := env.engine.Snapshot(id) != nil; got != kept {
+			t.Errorf("snapshot %d of %d reachable %v, want %v", i+1, len(ids), got, kept)
+		}
+	}
+}
+
 func TestEngineOtherSeedBackfillsAgain(t *testing.T) {
 	t.Parallel()
 	// The store as a seed 1 run left it.
