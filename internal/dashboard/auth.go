@@ -101,6 +101,22 @@ func (d *Dashboard) reserve(ctx context.Context, now time.Time, limits ...limit)
 	return ths, "", nil
 }
 
+// admit reserves the attempt under limits, or answers it, through fail
+// when a limit refuses it or as a server error when the store fails, and
+// returns false.
+func (d *Dashboard) admit(w http.ResponseWriter, r *http.Request, now time.Time, fail func(status int, msg string), limits []limit) ([]*coinpulse.Throttle, bool) {
+	ths, msg, err := d.reserve(r.Context(), now, limits...)
+	switch {
+	case err != nil:
+		d.serverError(w, r, err)
+		return nil, false
+	case msg != "":
+		fail(http.StatusTooManyRequests, msg)
+		return nil, false
+	}
+	return ths, true
+}
+
 // release gives back the counts reserve took under limits (ths[i] under
 // limits[i]; ths may be shorter).
 func (d *Dashboard) release(ctx context.Context, limits []limit, ths []*coinpulse.Throttle) {
@@ -157,13 +173,8 @@ func (d *Dashboard) signup(w http.ResponseWriter, r *http.Request) {
 	// succeeds as a failure against its log-ins: a taken e-mail address
 	// is a probe.
 	limits := []limit{d.ipLimit(r), d.signupLimit(r)}
-	ths, msg, err := d.reserve(ctx, d.now(), limits...)
-	if err != nil {
-		d.serverError(w, r, err)
-		return
-	}
-	if msg != "" {
-		fail(http.StatusTooManyRequests, msg)
+	ths, ok := d.admit(w, r, d.now(), fail, limits)
+	if !ok {
 		return
 	}
 	hash, err := password.Hash(pw)
@@ -214,13 +225,8 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	// if the password is right.
 	now := d.now()
 	limits := []limit{d.ipLimit(r), emailLimit(email)}
-	ths, msg, err := d.reserve(ctx, now, limits...)
-	if err != nil {
-		d.serverError(w, r, err)
-		return
-	}
-	if msg != "" {
-		fail(http.StatusTooManyRequests, msg)
+	ths, ok := d.admit(w, r, now, fail, limits)
+	if !ok {
 		return
 	}
 	u, err := d.store.UserByEmail(ctx, email)
