@@ -31,8 +31,10 @@ const HourlyWindow = 90 * 24 * time.Hour
 
 // maxRetained bounds the retained snapshots whatever the refresh rate:
 // each holds the universe's figures (about 0.9 MB for 1,000 coins), and
-// at --refresh 1s five minutes of them took 270 MB.
-const maxRetained = 60
+// at --refresh 1s five minutes of them took 270 MB. 61 keeps Retain's 5
+// minutes whole down to a 5 s refresh (the ones replaced 0, 5, … 300 s
+// ago).
+const maxRetained = 61
 
 // retainedSnapshot is a snapshot no longer current and when it stopped
 // being so: the last moment a client could have received it, from which

@@ -622,10 +622,11 @@ func TestEngineRollup(t *testing.T) {
 
 // A snapshot stays reachable for Retain after it was replaced, the last
 // moment a client could have received it, with refreshes that divide
-// Retain (a minute) or not (7 s).
+// Retain (a minute) or not (7 s), down to the fastest refresh
+// maxRetained keeps whole (5 s).
 func TestEngineSnapshotRetention(t *testing.T) {
 	t.Parallel()
-	for _, refresh := range []time.Duration{time.Minute, 7 * time.Second} {
+	for _, refresh := range []time.Duration{time.Minute, 7 * time.Second, 5 * time.Second} {
 		t.Run(refresh.String(), func(t *testing.T) { testSnapshotRetention(t, refresh) })
 	}
 }
