@@ -278,6 +278,13 @@ func (c *keyCache) setEpoch(epoch int64) bool {
 	return true
 }
 
+// size returns how many keys the cache holds, known and unknown.
+func (c *keyCache) size() (known, unknown int) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.entries), len(c.unknown)
+}
+
 // currentEpoch is the auth epoch last read.
 func (c *keyCache) currentEpoch() int64 {
 	c.mu.RLock()

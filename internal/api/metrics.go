@@ -69,19 +69,11 @@ func (m *metrics) watch(s *Server) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "coinpulse_key_cache_entries",
 			Help: "Verified API keys held in this node's cache.",
-		}, func() float64 {
-			s.keys.mu.RLock()
-			defer s.keys.mu.RUnlock()
-			return float64(len(s.keys.entries))
-		}),
+		}, func() float64 { known, _ := s.keys.size(); return float64(known) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "coinpulse_key_cache_unknown_entries",
 			Help: "Well-formed API keys the store does not have, remembered in this node's cache (many: someone is trying made-up keys).",
-		}, func() float64 {
-			s.keys.mu.RLock()
-			defer s.keys.mu.RUnlock()
-			return float64(len(s.keys.unknown))
-		}),
+		}, func() float64 { _, unknown := s.keys.size(); return float64(unknown) }),
 	)
 	if m, ok := s.meterer.(interface {
 		Dropped() uint64

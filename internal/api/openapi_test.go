@@ -210,6 +210,7 @@ func TestResponsesMatchSpec(t *testing.T) {
 		"coinpulse_market_snapshot_age_seconds ",
 		"coinpulse_market_coins 1000",
 		"coinpulse_key_cache_entries ",
+		"coinpulse_key_cache_unknown_entries ",
 	} {
 		if !strings.Contains(rec.Body.String(), want) {
 			t.Errorf("/metrics lacks %s", want)
