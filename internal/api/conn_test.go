@@ -383,6 +383,13 @@ func TestExpectContinueRefusedAtOnce(t *testing.T) {
 	if res.StatusCode != http.StatusUnauthorized || !bytes.Contains(body, []byte(`"INVALID_API_KEY"`)) {
 		t.Errorf("refused: %d %s", res.StatusCode, body)
 	}
+	// A client that sends its body without waiting gets the refusal and a
+	// clean end of the connection, not a reset (rawExchange fails on one).
+	res, _ = rawExchange(t, hs, "POST", "POST /api/v1/portfolio HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_live_nope\r\n"+
+		"Content-Type: application/json\r\nContent-Length: 100000\r\nExpect: 100-continue\r\n\r\n"+strings.Repeat("x", 100000))
+	if res.StatusCode != http.StatusUnauthorized {
+		t.Errorf("refused with the body sent at once: %d", res.StatusCode)
+	}
 
 	c, err := net.Dial("tcp", hs.Listener.Addr().String())
 	if err != nil {
