@@ -31,6 +31,7 @@ type Store interface {
 	UsageStore
 	AlertStore
 	SessionStore
+	IdempotencyStore
 	// Ping reports whether the store answers.
 	Ping(ctx context.Context) error
 	// Close releases the store's connections.

@@ -116,6 +116,8 @@ func Run(t *testing.T, open func(t *testing.T) coinpulse.Store) {
 		{"Deliveries/Log", testDeliveryLog},
 		{"Sessions/Lifecycle", testSessions},
 		{"Sessions/LoginThrottle", testLoginThrottle},
+		{"Idempotency/Keys", testIdempotencyKeys},
+		{"Idempotency/Concurrent", testIdempotencyConcurrent},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,22 @@
+-- Idempotency keys: a POST or PATCH sent with an Idempotency-Key header,
+-- by user, mode and key. request names the request the key was first used
+-- with, digest is the hex SHA-256 of its method, path, query and body, and
+-- claim a random token of the request that holds the key. status is 0
+-- while that request is in progress (until lease_until), then its
+-- answer's status, with the answer's body. Keys are kept 24 hours.
+CREATE TABLE idempotency_keys (
+    user_id     BIGINT      NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+    mode        TEXT        NOT NULL,
+    key         TEXT        NOT NULL,
+    request     TEXT        NOT NULL,
+    digest      TEXT        NOT NULL,
+    request_id  TEXT        NOT NULL,
+    claim       TEXT        NOT NULL,
+    created_at  TIMESTAMPTZ NOT NULL,
+    lease_until TIMESTAMPTZ NOT NULL,
+    status      INTEGER     NOT NULL DEFAULT 0,
+    body        BYTEA,
+    PRIMARY KEY (user_id, mode, key)
+);
+
+CREATE INDEX idempotency_keys_created_at_idx ON idempotency_keys (created_at);

@@ -1,0 +1,90 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"coinpulse"
+)
+
+// ClaimIdempotencyKey records k in progress unless a key made at or after
+// notBefore holds its place: then it returns that one. One transaction
+// (BEGIN IMMEDIATE) does both, so two claims of one key never both win.
+func (db *DB) ClaimIdempotencyKey(ctx context.Context, k *coinpulse.IdempotencyKey, notBefore time.Time) (*coinpulse.IdempotencyKey, bool, error) {
+	k.CreatedAt, k.LeaseUntil = truncate(k.CreatedAt), truncate(k.LeaseUntil)
+	var held *coinpulse.IdempotencyKey
+	err := db.Transact(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM idempotency_keys WHERE user_id = ? AND mode = ? AND key = ? AND created_at < ?`,
+			k.UserID, string(k.Mode), k.Key, micros(notBefore)); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `
+			INSERT INTO idempotency_keys (user_id, mode, key, request, digest, request_id, claim, created_at, lease_until)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+			k.UserID, string(k.Mode), k.Key, k.Request, k.Digest, k.RequestID, k.Claim, micros(k.CreatedAt), micros(k.LeaseUntil))
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 1 {
+			return err
+		}
+		h := coinpulse.IdempotencyKey{UserID: k.UserID, Mode: k.Mode, Key: k.Key}
+		var created, lease int64
+		err = tx.QueryRowContext(ctx, `
+			SELECT request, digest, request_id, claim, created_at, lease_until, status, body
+			FROM idempotency_keys WHERE user_id = ? AND mode = ? AND key = ?`,
+			k.UserID, string(k.Mode), k.Key).Scan(&h.Request, &h.Digest, &h.RequestID, &h.Claim, &created, &lease, &h.Status, &h.Body)
+		if err != nil {
+			return err
+		}
+		h.CreatedAt, h.LeaseUntil = fromMicros(created), fromMicros(lease)
+		held = &h
+		return nil
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		err = errors.New("the key's row vanished within the transaction")
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("sqlite: claim idempotency key: %w", err)
+	}
+	return held, held == nil, nil
+}
+
+// FinishIdempotencyKey stores k's answer if k's claim still holds the key.
+func (db *DB) FinishIdempotencyKey(ctx context.Context, k *coinpulse.IdempotencyKey) error {
+	body := k.Body
+	if body == nil {
+		body = []byte{}
+	}
+	_, err := db.db.ExecContext(ctx, `
+		UPDATE idempotency_keys SET status = ?, body = ?
+		WHERE user_id = ? AND mode = ? AND key = ? AND claim = ? AND status = 0`,
+		k.Status, body, k.UserID, string(k.Mode), k.Key, k.Claim)
+	if err != nil {
+		return fmt.Errorf("sqlite: finish idempotency key: %w", err)
+	}
+	return nil
+}
+
+// ReleaseIdempotencyKey removes the key if k's claim still holds it in
+// progress.
+func (db *DB) ReleaseIdempotencyKey(ctx context.Context, k *coinpulse.IdempotencyKey) error {
+	_, err := db.db.ExecContext(ctx, `DELETE FROM idempotency_keys WHERE user_id = ? AND mode = ? AND key = ? AND claim = ? AND status = 0`,
+		k.UserID, string(k.Mode), k.Key, k.Claim)
+	if err != nil {
+		return fmt.Errorf("sqlite: release idempotency key: %w", err)
+	}
+	return nil
+}
+
+// DeleteIdempotencyKeys removes the keys made before before.
+func (db *DB) DeleteIdempotencyKeys(ctx context.Context, before time.Time) (int64, error) {
+	res, err := db.db.ExecContext(ctx, `DELETE FROM idempotency_keys WHERE created_at < ?`, micros(before))
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: delete idempotency keys: %w", err)
+	}
+	return res.RowsAffected()
+}
