@@ -39,16 +39,9 @@ type body struct {
 // field, or gives a field twice (encoding/json would keep the last, so
 // {"type":"buy",…,"type":"sell"} would sell) is a VALIDATION_ERROR.
 func readBody(r *http.Request, allowed ...string) (*body, error) {
-	raw, err := io.ReadAll(r.Body)
+	raw, err := readRaw(r)
 	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return nil, coinpulse.Errorf(coinpulse.CodePayloadTooLarge, "The request body is over the limit of %d bytes.", tooLarge.Limit)
-		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return nil, bodyTimeout()
-		}
-		return nil, bodyError("The request body could not be read.")
+		return nil, err
 	}
 	b := &body{}
 	raw = bytes.TrimSpace(raw)
@@ -324,6 +317,23 @@ func (b *body) executedAt(now time.Time) time.Time {
 // DefaultBodyTimeout is how long a client may take, by default, to send a
 // request's body: a 64 KiB body at 2 KiB a second.
 const DefaultBodyTimeout = 30 * time.Second
+
+// readRaw reads r's body whole: a body over the limit is a 413, one that
+// takes too long a 408.
+func readRaw(r *http.Request) ([]byte, error) {
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, coinpulse.Errorf(coinpulse.CodePayloadTooLarge, "The request body is over the limit of %d bytes.", tooLarge.Limit)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, bodyTimeout()
+		}
+		return nil, bodyError("The request body could not be read.")
+	}
+	return raw, nil
+}
 
 // deadlineBody bounds the time a client may take to send a request's
 // body. The connection's read deadline is set when the request starts and

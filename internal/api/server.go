@@ -452,10 +452,12 @@ func (s *Server) routeTable() []Route {
 }
 
 // Run does the server's background work until ctx ends: polling the auth
-// epoch so revocations reach the key cache, flushing last-used times, and
-// closing the WebSocket streams whose subscription or key expires.
+// epoch so revocations reach the key cache, flushing last-used times,
+// closing the WebSocket streams whose subscription or key expires, and
+// sweeping expired idempotency keys.
 func (s *Server) Run(ctx context.Context) {
 	go s.watchStreams(ctx)
+	go s.sweepIdempotencyKeys(ctx)
 	s.keys.run(ctx, s.log)
 }
 
@@ -541,6 +543,10 @@ type exchange struct {
 	writeFailed bool
 	// body is the request's body, when it has one (see deadlineBody).
 	body *deadlineBody
+	// capturing is set while the request holds an Idempotency-Key:
+	// captured keeps the answer's body, to be kept under the key.
+	capturing bool
+	captured  []byte
 }
 
 // looked records that s set the rate-limit headers for r, from a look at
@@ -593,6 +599,9 @@ func (e *exchange) Write(b []byte) (int, error) {
 		e.begin() // the answer begins here: an implicit 200
 	}
 	e.wrote = true
+	if e.capturing {
+		e.captured = append(e.captured, b...)
+	}
 	var n int
 	var err error
 	if e.writeTimeout <= 0 || e.unrenewed+len(b) <= writeStep {
@@ -869,7 +878,12 @@ func (s *Server) wrap(rt Route) http.Handler {
 			}
 		}()
 		err := s.admit(e, r, rt)
-		if err == nil {
+		var claim *coinpulse.IdempotencyKey
+		replayed := false
+		if err == nil && takesIdempotencyKey(rt) {
+			claim, replayed, err = s.claimIdempotencyKey(e, r)
+		}
+		if err == nil && !replayed {
 			err = rt.Handler(e, r)
 		}
 		switch {
@@ -888,6 +902,9 @@ func (s *Server) wrap(rt Route) http.Handler {
 				s.giveBack(e, r, rt) // before the headers go out
 			}
 			s.writeError(e, r, err)
+		}
+		if claim != nil {
+			s.settleIdempotencyKey(e, r, claim)
 		}
 		finished = true
 		s.finish(e, r, rt, label, obs, time.Since(start))

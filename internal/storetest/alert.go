@@ -34,6 +34,7 @@ func RunNodes(t *testing.T, open func(t *testing.T) (a, b coinpulse.Store)) {
 		{"Alerts/FireConcurrent", fireConcurrent},
 		{"Alerts/LimitConcurrent", alertLimitConcurrent},
 		{"Deliveries/ClaimConcurrent", claimConcurrent},
+		{"Idempotency/Concurrent", idempotencyConcurrent},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

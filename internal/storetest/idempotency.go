@@ -142,11 +142,18 @@ func testIdempotencyKeys(t *testing.T, s coinpulse.Store) {
 	}
 }
 
-// Many claims of one key at once: exactly one wins, the others see it.
 func testIdempotencyConcurrent(t *testing.T, s coinpulse.Store) {
-	u := newUser(t, s, "idem-race@example.com")
+	idempotencyConcurrent(t, []coinpulse.Store{s})
+}
+
+// Many claims of one key at once, through nodes in turn: exactly one
+// wins, the others see it.
+func idempotencyConcurrent(t *testing.T, nodes []coinpulse.Store) {
+	u := newUser(t, nodes[0], "idem-race@example.com")
 	const n = 12
-	warmUp(t, s, n)
+	for _, node := range nodes {
+		warmUp(t, node, n)
+	}
 	for round := range 3 {
 		key := fmt.Sprintf("race-%d", round)
 		var won atomic.Int32
@@ -155,7 +162,7 @@ func testIdempotencyConcurrent(t *testing.T, s coinpulse.Store) {
 		for i := range n {
 			wg.Go(func() {
 				<-start
-				held, ok, err := s.ClaimIdempotencyKey(t.Context(), idemKey(u, coinpulse.ModeLive, key, fmt.Sprint(i)), t0.Add(-time.Hour))
+				held, ok, err := nodes[i%len(nodes)].ClaimIdempotencyKey(t.Context(), idemKey(u, coinpulse.ModeLive, key, fmt.Sprint(i)), t0.Add(-time.Hour))
 				switch {
 				case err != nil:
 					t.Errorf("claim %d: %v", i, err)

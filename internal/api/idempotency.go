@@ -1,0 +1,207 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"coinpulse"
+)
+
+// Idempotency keys, as Stripe has them: a POST or PATCH sent with an
+// Idempotency-Key header is applied once. The first request with a key
+// claims it in the store (so every node sees it), runs, and, if it
+// succeeds (2xx), leaves its answer under the key for 24 hours; a request
+// sent again with the key gets that answer back, marked
+// Idempotent-Replayed: true, instead of being applied again. A request
+// that fails changes nothing (every write is one transaction), so its key
+// is released and may be sent again. The key is the account's in one
+// mode: every key of the account shares it, live and sandbox apart.
+//
+// While the first request runs, the same key is a 409 CONFLICT (retry in a
+// second); with another method, path, query or body, a 422. A request
+// whose node stopped before it was answered (a crash: a graceful stop
+// answers every request first) leaves its key in progress: once its lease
+// has passed, the key is a 409 saying so, since the request may or may not
+// have been applied, until the key expires.
+const (
+	idempotencyHeader = "Idempotency-Key"
+	// IdempotencyKeep is how long a key, and the answer under it, is kept.
+	IdempotencyKeep = 24 * time.Hour
+	// idempotencyLease is how long a request may hold its key in progress
+	// before it counts as interrupted: well past the body's deadline,
+	// which is read before the key is claimed, and a handler's writes.
+	idempotencyLease = time.Minute
+	// maxIdempotencyKey is the longest key, in bytes.
+	maxIdempotencyKey = 255
+	// settleTimeout bounds the store's work on a key, which goes on after
+	// the client hung up: that is when a key matters most.
+	settleTimeout = 10 * time.Second
+	// idempotencySweep is how often a node deletes the keys older than
+	// IdempotencyKeep (every node does; all but the first find none).
+	idempotencySweep = 10 * time.Minute
+)
+
+// takesIdempotencyKey reports whether rt applies a request's
+// Idempotency-Key: the routes that create or change something. A DELETE
+// is idempotent already (a second one is a 404), and a GET changes
+// nothing; on them the header is ignored.
+func takesIdempotencyKey(rt Route) bool {
+	return rt.Method == http.MethodPost || rt.Method == http.MethodPatch
+}
+
+// claimIdempotencyKey claims the request's Idempotency-Key, if it has one,
+// before the handler runs, and returns the claim, to be settled with the
+// answer. A key already answered is answered again here: replayed is
+// true, and the handler must not run.
+func (s *Server) claimIdempotencyKey(e *exchange, r *http.Request) (claim *coinpulse.IdempotencyKey, replayed bool, err error) {
+	vals, ok := r.Header[idempotencyHeader]
+	if !ok || e.principal == nil {
+		return nil, false, nil
+	}
+	if len(vals) > 1 {
+		return nil, false, coinpulse.ValidationError(idempotencyHeader, "is given more than once; send one key")
+	}
+	key := vals[0]
+	if msg := idempotencyKeyProblem(key); msg != "" {
+		return nil, false, coinpulse.ValidationError(idempotencyHeader, msg)
+	}
+	raw, err := readRaw(r)
+	if err != nil {
+		return nil, false, err
+	}
+	r.Body = io.NopCloser(bytes.NewReader(raw))
+	request, digest := requestDigest(r, raw)
+	now := s.clock()
+	k := &coinpulse.IdempotencyKey{
+		UserID: e.principal.user.ID, Mode: e.principal.key.Mode, Key: key,
+		Request: request, Digest: digest,
+		RequestID: e.id, Claim: rand.Text(), CreatedAt: now, LeaseUntil: now.Add(idempotencyLease),
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), settleTimeout)
+	defer cancel()
+	held, claimed, err := s.store.ClaimIdempotencyKey(ctx, k, now.Add(-IdempotencyKeep))
+	switch {
+	case err != nil:
+		return nil, false, err
+	case claimed:
+		e.capturing = true
+		return k, false, nil
+	case held.Digest != k.Digest:
+		what := "another request"
+		if held.Request == k.Request {
+			what = "another body or query"
+		}
+		return nil, false, coinpulse.ValidationError(idempotencyHeader, fmt.Sprintf(
+			"was used at %s with %s (%s, request %s); a key stands for one request, so send a new request with a new key",
+			held.CreatedAt.Format(time.RFC3339), what, held.Request, held.RequestID))
+	case held.Status == 0 && now.Before(held.LeaseUntil):
+		e.Header().Set("Retry-After", "1")
+		return nil, false, coinpulse.Errorf(coinpulse.CodeConflict,
+			"The request first sent with this Idempotency-Key (request %s) is still being answered; send it again in a second.", held.RequestID)
+	case held.Status == 0:
+		return nil, false, coinpulse.Errorf(coinpulse.CodeConflict,
+			"The request first sent with this Idempotency-Key (request %s, at %s) was cut off before it was answered (its server stopped or failed), and may or may not have been applied: look for its effect, and if it is not there, send the request again with a new key.",
+			held.RequestID, held.CreatedAt.Format(time.RFC3339))
+	}
+	replay(e, held)
+	return nil, true, nil
+}
+
+// requestDigest names r for messages ("POST /api/v1/portfolio", under
+// either prefix) and digests what makes it the request it is: its method,
+// path, query and body (raw).
+func requestDigest(r *http.Request, raw []byte) (request, digest string) {
+	path := r.URL.EscapedPath()
+	if strings.HasPrefix(path, "/v1/") {
+		path = "/api" + path
+	}
+	d := sha256.New()
+	fmt.Fprintf(d, "%s %s?%s\n", r.Method, path, r.URL.RawQuery)
+	d.Write(raw)
+	return r.Method + " " + path, hex.EncodeToString(d.Sum(nil))
+}
+
+// idempotencyKeyProblem says what is wrong with key, or "".
+func idempotencyKeyProblem(key string) string {
+	if key == "" {
+		return "is empty; send 1 to 255 characters, such as a UUID"
+	}
+	if len(key) > maxIdempotencyKey {
+		return fmt.Sprintf("is %d characters long; the most is %d", len(key), maxIdempotencyKey)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x20 || c > 0x7e {
+			return "may hold only printable ASCII characters, such as a UUID's"
+		}
+	}
+	return ""
+}
+
+// replay answers with k's stored answer: its status and body, but for
+// meta.request_id, which is this request's (the first one's is in
+// Original-Request).
+func replay(e *exchange, k *coinpulse.IdempotencyKey) {
+	body := k.Body
+	old := `"request_id":"` + k.RequestID + `"`
+	if i := bytes.LastIndex(body, []byte(old)); i >= 0 {
+		body = bytes.Join([][]byte{body[:i], []byte(`"request_id":"` + e.id + `"`), body[i+len(old):]}, nil)
+	}
+	h := e.Header()
+	h["Content-Type"] = hdrJSON
+	h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	h["Idempotent-Replayed"] = []string{"true"}
+	h["Original-Request"] = []string{k.RequestID}
+	e.WriteHeader(k.Status)
+	e.Write(body)
+}
+
+// settleIdempotencyKey keeps the answer under the key claim holds, if the
+// request succeeded, or releases the key. It goes on if the client hung
+// up: a client that lost the answer is who sends the key again.
+func (s *Server) settleIdempotencyKey(e *exchange, r *http.Request, claim *coinpulse.IdempotencyKey) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), settleTimeout)
+	defer cancel()
+	var err error
+	if e.wrote && e.status >= 200 && e.status < 300 {
+		claim.Status, claim.Body = e.status, e.captured
+		err = s.store.FinishIdempotencyKey(ctx, claim)
+	} else {
+		err = s.store.ReleaseIdempotencyKey(ctx, claim)
+	}
+	e.capturing, e.captured = false, nil
+	if err != nil {
+		// The key stays in progress, then reads as cut off: a request sent
+		// again with it is refused rather than applied twice.
+		s.log.Error("idempotency key not settled", "err", err, "status", e.status, "request_id", e.id)
+	}
+}
+
+// sweepIdempotencyKeys deletes the keys older than IdempotencyKeep, at
+// once and every idempotencySweep, until ctx ends.
+func (s *Server) sweepIdempotencyKeys(ctx context.Context) {
+	t := time.NewTicker(idempotencySweep)
+	defer t.Stop()
+	for {
+		n, err := s.store.DeleteIdempotencyKeys(ctx, s.clock().Add(-IdempotencyKeep))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.log.Warn("expired idempotency keys not deleted; the next sweep tries again", "err", err)
+		case n > 0:
+			s.log.Debug("expired idempotency keys deleted", "keys", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,311 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"coinpulse"
+)
+
+// sendKeyed sends a request with a JSON body and headers (name, value
+// pairs) through the server's handler.
+func sendKeyed(t *testing.T, srv *Server, method, target, key, body string, headers ...string) *response {
+	t.Helper()
+	req := httptest.NewRequest(method, target, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Add(headers[i], headers[i+1])
+	}
+	return serve(t, srv, req)
+}
+
+// countTransactions returns how many transactions the portfolio holds.
+func countTransactions(t *testing.T, srv *Server, key string, portfolio int64) int {
+	t.Helper()
+	res := do(t, srv, "GET", fmt.Sprintf("/api/v1/portfolio/%d/transactions?per_page=250", portfolio), key)
+	return len(want[[]jsonTransaction](t, res, http.StatusOK))
+}
+
+func wantReplay(t *testing.T, res, first *response) {
+	t.Helper()
+	if res.Status != first.Status || string(res.Data) != string(first.Data) {
+		t.Fatalf("replay: %d %s; want the first answer, %d %s", res.Status, res.Data, first.Status, first.Data)
+	}
+	if res.Header.Get("Idempotent-Replayed") != "true" || res.Header.Get("Original-Request") != first.Header.Get("X-Request-Id") {
+		t.Errorf("replay headers: Idempotent-Replayed %q, Original-Request %q; want true and %q",
+			res.Header.Get("Idempotent-Replayed"), res.Header.Get("Original-Request"), first.Header.Get("X-Request-Id"))
+	}
+	if res.Meta["timestamp"] != first.Meta["timestamp"] {
+		t.Errorf("replay's meta.timestamp %v, want the first answer's %v", res.Meta["timestamp"], first.Meta["timestamp"])
+	}
+}
+
+// A trade sent twice with one Idempotency-Key is applied once; the second
+// gets the first answer back, under either prefix, whatever request id.
+func TestIdempotencyKeyReplays(t *testing.T) {
+	t.Parallel()
+	srv := testServer(t)
+	u := newUser(t, coinpulse.TierPro, nil)
+	key, _ := newKey(t, u, coinpulse.ModeLive, rw, nil)
+	p := newPortfolio(t, srv, key, "Idempotent")
+	buy := `{"coin_id":"bitcoin","quantity":0.5,"buy_price":100}`
+	target := fmt.Sprintf("/api/v1/portfolio/%d/holdings", p.ID)
+
+	first := sendKeyed(t, srv, "POST", target, key, buy, "Idempotency-Key", "buy-1")
+	want[jsonHolding](t, first, http.StatusCreated)
+	if first.Header.Get("Idempotent-Replayed") != "" {
+		t.Errorf("a first answer says Idempotent-Replayed: %q", first.Header.Get("Idempotent-Replayed"))
+	}
+	again := sendKeyed(t, srv, "POST", strings.TrimPrefix(target, "/api"), key, buy, "Idempotency-Key", "buy-1", "X-Request-Id", "my-retry-1")
+	wantReplay(t, again, first)
+	if again.Header.Get("X-Request-Id") != "my-retry-1" {
+		t.Errorf("replay's X-Request-Id %q, want this request's", again.Header.Get("X-Request-Id"))
+	}
+	if n := countTransactions(t, srv, key, p.ID); n != 1 {
+		t.Fatalf("%d transactions after a buy sent twice with one key; want 1", n)
+	}
+
+	// Without a key, or with a new one, the same buy is applied again.
+	want[jsonHolding](t, send(t, srv, "POST", target, key, buy), http.StatusCreated)
+	want[jsonHolding](t, sendKeyed(t, srv, "POST", target, key, buy, "Idempotency-Key", "buy-2"), http.StatusCreated)
+	if n := countTransactions(t, srv, key, p.ID); n != 3 {
+		t.Fatalf("%d transactions; want 3", n)
+	}
+
+	// The same key with another body, path or method: refused, and nothing
+	// is applied.
+	for _, c := range []struct{ method, target, body string }{
+		{"POST", target, `{"coin_id":"bitcoin","quantity":0.6,"buy_price":100}`},
+		{"POST", target, buy + " "},
+		{"POST", fmt.Sprintf("/api/v1/portfolio/%d/sync", p.ID), ""},
+		{"PATCH", fmt.Sprintf("/api/v1/portfolio/%d", p.ID), `{"name":"x"}`},
+	} {
+		res := sendKeyed(t, srv, c.method, c.target, key, c.body, "Idempotency-Key", "buy-1")
+		wantError(t, res, http.StatusUnprocessableEntity, coinpulse.CodeValidation)
+		if d := res.Error.Details; len(d) != 1 || d[0].Field != "Idempotency-Key" || !strings.Contains(d[0].Message, first.Header.Get("X-Request-Id")) {
+			t.Errorf("%s %s with a used key: details %+v; want Idempotency-Key naming the first request", c.method, c.target, d)
+		}
+	}
+	if got := want[jsonPortfolio](t, do(t, srv, "GET", fmt.Sprintf("/api/v1/portfolio/%d", p.ID), key), http.StatusOK); got.Name != "Idempotent" || got.SyncedAt != nil {
+		t.Errorf("a refused PATCH or sync changed the portfolio: %+v", got)
+	}
+
+	// Keys are the account's: another key of the same account replays,
+	// a sandbox key of the account does not, nor does another account.
+	sameAccount, _ := newKey(t, u, coinpulse.ModeLive, rw, nil)
+	wantReplay(t, sendKeyed(t, srv, "POST", target, sameAccount, buy, "Idempotency-Key", "buy-1"), first)
+	sandbox, _ := newKey(t, u, coinpulse.ModeTest, rw, nil)
+	res := sendKeyed(t, srv, "POST", "/api/v1/portfolio", sandbox, `{"name":"Idempotent"}`, "Idempotency-Key", "buy-1")
+	if res.Status != http.StatusCreated || res.Header.Get("Idempotent-Replayed") != "" {
+		t.Errorf("a sandbox key's use of a live key's Idempotency-Key: %d %s", res.Status, res.Raw)
+	}
+	res = sendKeyed(t, srv, "POST", "/api/v1/portfolio", proKey(t), `{"name":"Idempotent"}`, "Idempotency-Key", "buy-1")
+	if res.Status != http.StatusCreated || res.Header.Get("Idempotent-Replayed") != "" {
+		t.Errorf("another account's use of an Idempotency-Key: %d %s", res.Status, res.Raw)
+	}
+
+	// A PATCH takes a key too.
+	patch := fmt.Sprintf("/api/v1/portfolio/%d", p.ID)
+	pf := sendKeyed(t, srv, "PATCH", patch, key, `{"name":"Renamed"}`, "Idempotency-Key", "rename-1")
+	want[jsonPortfolio](t, pf, http.StatusOK)
+	wantReplay(t, sendKeyed(t, srv, "PATCH", patch, key, `{"name":"Renamed"}`, "Idempotency-Key", "rename-1"), pf)
+}
+
+// A request that fails changes nothing and leaves its key free: sent
+// again once it can succeed, it is applied.
+func TestIdempotencyKeyFailureReleases(t *testing.T) {
+	t.Parallel()
+	srv := testServer(t)
+	key := proKey(t)
+	p := newPortfolio(t, srv, key, "Release")
+	h := want[jsonHolding](t, send(t, srv, "POST", fmt.Sprintf("/api/v1/portfolio/%d/holdings", p.ID), key, `{"coin_id":"bitcoin","quantity":1,"buy_price":100}`), http.StatusCreated)
+	sell := fmt.Sprintf("/api/v1/holdings/%d/sell", h.ID)
+	body := `{"quantity":2,"sell_price":150}`
+
+	wantError(t, sendKeyed(t, srv, "POST", sell, key, body, "Idempotency-Key", "sell-1"), http.StatusUnprocessableEntity, coinpulse.CodeValidation)
+	want[jsonHolding](t, send(t, srv, "POST", fmt.Sprintf("/api/v1/portfolio/%d/holdings", p.ID), key, `{"coin_id":"bitcoin","quantity":1,"buy_price":100}`), http.StatusCreated)
+	res := sendKeyed(t, srv, "POST", sell, key, body, "Idempotency-Key", "sell-1")
+	want[jsonTrade](t, res, http.StatusCreated)
+	if res.Header.Get("Idempotent-Replayed") != "" {
+		t.Errorf("the failed request's answer was replayed")
+	}
+	wantReplay(t, sendKeyed(t, srv, "POST", sell, key, body, "Idempotency-Key", "sell-1"), res)
+	if n := countTransactions(t, srv, key, p.ID); n != 3 {
+		t.Errorf("%d transactions; want 2 buys and 1 sell", n)
+	}
+}
+
+// A bad key is a 422 that applies nothing; on a GET or DELETE the header
+// is ignored.
+func TestIdempotencyKeyInvalid(t *testing.T) {
+	t.Parallel()
+	srv := testServer(t)
+	key := proKey(t)
+	for _, c := range []struct {
+		name    string
+		headers []string
+		msg     string
+	}{
+		{"empty", []string{"Idempotency-Key", ""}, "is empty"},
+		{"too long", []string{"Idempotency-Key", strings.Repeat("k", 256)}, "256 characters"},
+		{"not ASCII", []string{"Idempotency-Key", "clé"}, "printable ASCII"},
+		{"control", []string{"Idempotency-Key", "a\x01b"}, "printable ASCII"},
+		{"twice", []string{"Idempotency-Key", "a", "Idempotency-Key", "b"}, "more than once"},
+	} {
+		res := sendKeyed(t, srv, "POST", "/api/v1/portfolio", key, `{"name":"bad key"}`, c.headers...)
+		wantError(t, res, http.StatusUnprocessableEntity, coinpulse.CodeValidation)
+		if d := res.Error.Details; len(d) != 1 || d[0].Field != "Idempotency-Key" || !strings.Contains(d[0].Message, c.msg) {
+			t.Errorf("%s: details %+v; want Idempotency-Key: %s", c.name, d, c.msg)
+		}
+	}
+	want[jsonPortfolio](t, sendKeyed(t, srv, "POST", "/api/v1/portfolio", key, `{"name":"long key"}`, "Idempotency-Key", strings.Repeat("k", 255)), http.StatusCreated)
+	if ps := want[[]jsonPortfolio](t, do(t, srv, "GET", "/api/v1/portfolio", key), http.StatusOK); len(ps) != 1 {
+		t.Errorf("%d portfolios; want only the one with a good key", len(ps))
+	}
+	want[[]jsonPortfolio](t, do(t, srv, "GET", "/api/v1/portfolio", key, "Idempotency-Key", ""), http.StatusOK)
+	p := newPortfolio(t, srv, key, "deleted")
+	for range 2 {
+		res := do(t, srv, "DELETE", fmt.Sprintf("/api/v1/portfolio/%d", p.ID), key, "Idempotency-Key", "del-1")
+		if res.Header.Get("Idempotent-Replayed") != "" {
+			t.Errorf("a DELETE was replayed")
+		}
+	}
+}
+
+// Many sends of one request with one key at once: it is applied once,
+// and every answer is the first one's, replayed, or a 409 to retry.
+func TestIdempotencyKeyConcurrent(t *testing.T) {
+	t.Parallel()
+	srv := testServer(t)
+	key := proKey(t)
+	p := newPortfolio(t, srv, key, "Concurrent")
+	target := fmt.Sprintf("/api/v1/portfolio/%d/holdings", p.ID)
+	buy := `{"coin_id":"ethereum","quantity":"0.25","buy_price":"2000"}`
+	const n = 16
+	results := make([]*response, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			results[i] = sendKeyed(t, srv, "POST", target, key, buy, "Idempotency-Key", "race")
+		})
+	}
+	close(start)
+	wg.Wait()
+	var firsts, replays, conflicts int
+	for _, res := range results {
+		switch {
+		case res.Status == http.StatusCreated && res.Header.Get("Idempotent-Replayed") == "":
+			firsts++
+		case res.Status == http.StatusCreated:
+			replays++
+		case res.Status == http.StatusConflict && res.Error.Code == string(coinpulse.CodeConflict) && res.Header.Get("Retry-After") == "1":
+			conflicts++
+		default:
+			t.Errorf("unexpected answer %d %s", res.Status, res.Raw)
+		}
+	}
+	if firsts != 1 {
+		t.Errorf("%d first answers (%d replays, %d conflicts); want 1", firsts, replays, conflicts)
+	}
+	if c := countTransactions(t, srv, key, p.ID); c != 1 {
+		t.Fatalf("%d transactions after %d sends with one key; want 1", c, n)
+	}
+	res := sendKeyed(t, srv, "POST", target, key, buy, "Idempotency-Key", "race")
+	if res.Status != http.StatusCreated || res.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("after the race: %d %s; want the replay", res.Status, res.Raw)
+	}
+}
+
+// A key whose request was cut off (its node crashed) is refused, not
+// applied again, until it expires; a key older than 24 hours is free.
+func TestIdempotencyKeyInterruptedAndExpired(t *testing.T) {
+	t.Parallel()
+	srv := testServer(t)
+	u := newUser(t, coinpulse.TierPro, nil)
+	key, _ := newKey(t, u, coinpulse.ModeLive, rw, nil)
+	body := `{"name":"Cut off"}`
+	req := httptest.NewRequest("POST", "/v1/portfolio", nil)
+	request, digest := requestDigest(req, []byte(body))
+	if request != "POST /api/v1/portfolio" {
+		t.Errorf("request named %q", request)
+	}
+	claim := func(k string, created time.Time, status int) {
+		t.Helper()
+		rec := &coinpulse.IdempotencyKey{UserID: u.ID, Mode: coinpulse.ModeLive, Key: k, Request: request, Digest: digest,
+			RequestID: "req_crashed", Claim: "c-" + k, CreatedAt: created, LeaseUntil: created.Add(idempotencyLease)}
+		if _, ok, err := shared.store.ClaimIdempotencyKey(context.Background(), rec, created.Add(-IdempotencyKeep)); err != nil || !ok {
+			t.Fatalf("claim %s: %v, %v", k, ok, err)
+		}
+		if status != 0 {
+			rec.Status, rec.Body = status, []byte(`{"success":true,"data":{"stale":true},"meta":{"timestamp":"2026-01-01T00:00:00.000Z","request_id":"req_crashed"}}`)
+			if err := shared.store.FinishIdempotencyKey(context.Background(), rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	now := time.Now()
+	claim("cut", now.Add(-2*idempotencyLease), 0)
+	claim("running", now, 0)
+	claim("old", now.Add(-IdempotencyKeep-time.Minute), http.StatusCreated)
+
+	res := sendKeyed(t, srv, "POST", "/api/v1/portfolio", key, body, "Idempotency-Key", "cut")
+	wantError(t, res, http.StatusConflict, coinpulse.CodeConflict)
+	if !strings.Contains(res.Error.Message, "may or may not have been applied") || !strings.Contains(res.Error.Message, "req_crashed") {
+		t.Errorf("cut-off key: %s", res.Error.Message)
+	}
+	res = sendKeyed(t, srv, "POST", "/api/v1/portfolio", key, body, "Idempotency-Key", "running")
+	wantError(t, res, http.StatusConflict, coinpulse.CodeConflict)
+	if res.Header.Get("Retry-After") != "1" || !strings.Contains(res.Error.Message, "still being answered") {
+		t.Errorf("key in progress: Retry-After %q, %s", res.Header.Get("Retry-After"), res.Error.Message)
+	}
+	res = sendKeyed(t, srv, "POST", "/api/v1/portfolio", key, body, "Idempotency-Key", "old")
+	want[jsonPortfolio](t, res, http.StatusCreated)
+	if res.Header.Get("Idempotent-Replayed") != "" {
+		t.Errorf("a key older than a day was replayed: %s", res.Raw)
+	}
+	if ps := want[[]jsonPortfolio](t, do(t, srv, "GET", "/api/v1/portfolio", key), http.StatusOK); len(ps) != 1 {
+		t.Errorf("%d portfolios; want only the one under the expired key", len(ps))
+	}
+}
+
+// A server's Run deletes the keys older than a day as it starts.
+func TestIdempotencyKeySweep(t *testing.T) {
+	t.Parallel()
+	testServer(t)
+	u := newUser(t, coinpulse.TierPro, nil)
+	now := time.Now()
+	held := func(k string, created time.Time) bool {
+		t.Helper()
+		rec := &coinpulse.IdempotencyKey{UserID: u.ID, Mode: coinpulse.ModeLive, Key: k, Request: "POST /api/v1/portfolio", Digest: "d",
+			RequestID: "req_sweep", Claim: rand.Text(), CreatedAt: created, LeaseUntil: created.Add(idempotencyLease)}
+		h, _, err := shared.store.ClaimIdempotencyKey(context.Background(), rec, now.Add(-3*IdempotencyKeep))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h != nil
+	}
+	held("old", now.Add(-IdempotencyKeep-time.Minute))
+	held("new", now.Add(-IdempotencyKeep+time.Minute))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go New(Config{Store: shared.store, Market: shared.engine, Log: quiet}).Run(ctx)
+	for deadline := time.Now().Add(10 * time.Second); held("old", now); {
+		if time.Now().After(deadline) {
+			t.Fatal("a key older than a day is still there 10 s after Run began")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !held("new", now) {
+		t.Error("the sweep deleted a key younger than a day")
+	}
+}
