@@ -262,7 +262,7 @@ func checkResponseOf(t *testing.T, doc *openapi3.T, method, route string, res *r
 		switch {
 		case value == "" && name == "Retry-After" && limited && res.Status == http.StatusTooManyRequests:
 			t.Errorf("%s %s: 429 without Retry-After", method, route)
-		case value == "" && (name == "Retry-After" || name == "Allow"):
+		case value == "" && (name == "Retry-After" || name == "Allow" || name == "Idempotent-Replayed" || name == "Original-Request"):
 		case value == "" && slices.Contains(rateLimitHeaders, name) && !limited:
 		case value == "":
 			t.Errorf("%s %s: documented header %s missing from the %d response", method, route, name, res.Status)
@@ -401,6 +401,7 @@ type specCall struct {
 	status                           int
 	code                             coinpulse.Code // the error code, on errors
 	bodyInvalid                      bool           // the body breaks the documented request schema
+	idempotencyKey                   string         // sent as Idempotency-Key, when set
 }
 
 // pricedRoutes are the operations whose answers carry prices, and so
@@ -417,9 +418,12 @@ func specCaller(t *testing.T, doc *openapi3.T, srv *Server, loaded bool, succeed
 	return func(c specCall) *response {
 		t.Helper()
 		var res *response
-		if c.body == "" {
+		switch {
+		case c.idempotencyKey != "":
+			res = sendKeyed(t, srv, c.method, c.target, c.key, c.body, "Idempotency-Key", c.idempotencyKey)
+		case c.body == "":
 			res = do(t, srv, c.method, c.target, c.key)
-		} else {
+		default:
 			res = send(t, srv, c.method, c.target, c.key, c.body)
 		}
 		if res.Status != c.status || (c.code != "" && res.Error.Code != string(c.code)) {
@@ -474,6 +478,24 @@ func portfoliosMatchSpec(t *testing.T, doc *openapi3.T, srv *Server) {
 	pid := id(res)
 	base := fmt.Sprintf("/api/v1/portfolio/%d", pid)
 	holdings := base + "/holdings"
+
+	// Idempotency-Key: a replay, another request under the key, a key in
+	// use (claimed as a request in progress would).
+	buy := `{"coin_id":"bitcoin","quantity":0.05,"buy_price":100}`
+	first := call(specCall{method: "POST", route: "/portfolio/{id}/holdings", target: holdings, key: key, body: buy, status: http.StatusCreated, idempotencyKey: "spec-1"})
+	replayed := call(specCall{method: "POST", route: "/portfolio/{id}/holdings", target: holdings, key: key, body: buy, status: http.StatusCreated, idempotencyKey: "spec-1"})
+	if replayed.Header.Get("Idempotent-Replayed") != "true" || string(replayed.Data) != string(first.Data) {
+		t.Errorf("replay: %s %s", replayed.Header, replayed.Raw)
+	}
+	call(specCall{method: "POST", route: "/portfolio/{id}/holdings", target: holdings, key: key, body: `{"coin_id":"bitcoin","quantity":0.06,"buy_price":100}`,
+		status: http.StatusUnprocessableEntity, code: coinpulse.CodeValidation, idempotencyKey: "spec-1"})
+	request, digest := requestDigest(httptest.NewRequest("POST", holdings, nil), []byte(buy))
+	busy := &coinpulse.IdempotencyKey{UserID: me.ID, Mode: coinpulse.ModeLive, Key: "spec-busy", Request: request, Digest: digest,
+		RequestID: "req_busy", Claim: "c", CreatedAt: time.Now(), LeaseUntil: time.Now().Add(idempotencyLease)}
+	if _, ok, err := shared.store.ClaimIdempotencyKey(t.Context(), busy, time.Now().Add(-IdempotencyKeep)); err != nil || !ok {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	call(specCall{method: "POST", route: "/portfolio/{id}/holdings", target: holdings, key: key, body: buy, status: http.StatusConflict, code: coinpulse.CodeConflict, idempotencyKey: "spec-busy"})
 
 	btc := id(call(specCall{method: "POST", route: "/portfolio/{id}/holdings", target: holdings, key: key,
 		body: `{"coin_id":"bitcoin","quantity":0.1,"buy_price":100,"notes":"first"}`, status: http.StatusCreated}))
