@@ -30,27 +30,61 @@ type IdempotencyKey struct {
 	// to be in progress: past it, the request was interrupted (its node
 	// stopped) and may or may not have been applied.
 	LeaseUntil time.Time
-	// Status is the answer's HTTP status, 0 while the request is in
-	// progress; Body is the answer's body.
+	// Status is the answer's HTTP status; 0 while the request is in
+	// progress and has applied nothing, IdempotencyApplied once its write
+	// is committed and until its answer is stored. Body is the answer's
+	// body.
 	Status int
 	Body   []byte
+}
+
+// IdempotencyApplied is the Status of a key whose request's write is
+// committed, its answer not yet stored.
+const IdempotencyApplied = -1
+
+// idempotencyClaimKey carries an IdempotencyKey in a context.
+type idempotencyClaimKey struct{}
+
+// WithIdempotencyClaim returns ctx carrying k, the key its request holds.
+// A store's write under that ctx commits only while the request still
+// holds the key, and marks it IdempotencyApplied in the same transaction:
+// so a key in progress (Status 0) whose lease has passed has certainly
+// applied nothing, and may be claimed by a request sent again with it,
+// which fences the first out.
+func WithIdempotencyClaim(ctx context.Context, k *IdempotencyKey) context.Context {
+	return context.WithValue(ctx, idempotencyClaimKey{}, k)
+}
+
+// IdempotencyClaim returns the key ctx carries, or nil.
+func IdempotencyClaim(ctx context.Context) *IdempotencyKey {
+	k, _ := ctx.Value(idempotencyClaimKey{}).(*IdempotencyKey)
+	return k
+}
+
+// ErrIdempotencyClaimLost is the refusal of a write whose request no
+// longer holds its Idempotency-Key.
+func ErrIdempotencyClaimLost() error {
+	return Errorf(CodeConflict, "This request held its Idempotency-Key for over a minute without being applied, and a request sent again with the key has taken it over: this one was not applied; that one is, or will be.")
 }
 
 // IdempotencyStore keeps idempotency keys in the database, so that every
 // node agrees on them.
 type IdempotencyStore interface {
 	// ClaimIdempotencyKey records k in progress (Status 0) under its user,
-	// mode and key and returns nil, true, unless a key made at or after
-	// notBefore is there already: then it returns that one and false. A
-	// key made before notBefore is replaced.
+	// mode and key and returns nil, true, unless a key is there already:
+	// then it returns that one and false. A key made before notBefore, or
+	// one in progress (Status 0) whose LeaseUntil is not after
+	// k.CreatedAt, is replaced.
 	ClaimIdempotencyKey(ctx context.Context, k *IdempotencyKey, notBefore time.Time) (*IdempotencyKey, bool, error)
 	// FinishIdempotencyKey stores k's Status and Body, if the key is still
-	// in progress under k's Claim; otherwise it does nothing.
+	// in progress (Status 0 or IdempotencyApplied) under k's Claim;
+	// otherwise it does nothing.
 	FinishIdempotencyKey(ctx context.Context, k *IdempotencyKey) error
-	// ReleaseIdempotencyKey removes the key, if it is still in progress
-	// under k's Claim (k's request failed and changed nothing, so the key
-	// may be used again); otherwise it does nothing.
-	ReleaseIdempotencyKey(ctx context.Context, k *IdempotencyKey) error
+	// ReleaseIdempotencyKey removes the key and returns true, if it is in
+	// progress under k's Claim and applied nothing (Status 0): k's request
+	// failed and changed nothing, so the key may be used again.
+	// Otherwise it does nothing and returns false.
+	ReleaseIdempotencyKey(ctx context.Context, k *IdempotencyKey) (bool, error)
 	// DeleteIdempotencyKeys removes the keys made before before and
 	// returns how many it removed.
 	DeleteIdempotencyKeys(ctx context.Context, before time.Time) (int64, error)

@@ -27,11 +27,17 @@ import (
 // mode: every key of the account shares it, live and sandbox apart.
 //
 // While the first request runs, the same key is a 409 CONFLICT (retry in a
-// second); with another method, path, query or body, a 422. A request
-// whose node stopped before it was answered (a crash: a graceful stop
-// answers every request first) leaves its key in progress: once its lease
-// has passed, the key is a 409 saying so, since the request may or may not
-// have been applied, until the key expires.
+// second); with another method, path, query or body, a 422.
+//
+// A request whose node stopped before it was answered (a crash: a
+// graceful stop answers every request first) leaves its key in progress.
+// Every write a POST or PATCH makes marks the key applied in the write's
+// own transaction, and commits only while the request holds the key
+// (coinpulse.WithIdempotencyClaim). So once the lease has passed, a key
+// still unmarked was certainly not applied: a request sent again with it
+// takes it over and runs (the first, should it still be running, can
+// then no longer commit). A key marked applied whose answer was never
+// stored is a 409 saying so, until the key expires.
 const (
 	idempotencyHeader = "Idempotency-Key"
 	// IdempotencyKeep is how long a key, and the answer under it, is kept.
@@ -103,13 +109,15 @@ func (s *Server) claimIdempotencyKey(e *exchange, r *http.Request) (claim *coinp
 		return nil, false, coinpulse.ValidationError(idempotencyHeader, fmt.Sprintf(
 			"was used at %s with %s (%s, request %s); a key stands for one request, so send a new request with a new key",
 			held.CreatedAt.Format(time.RFC3339), what, held.Request, held.RequestID))
-	case held.Status == 0 && now.Before(held.LeaseUntil):
+	case held.Status <= 0 && now.Before(held.LeaseUntil):
 		e.Header().Set("Retry-After", "1")
 		return nil, false, coinpulse.Errorf(coinpulse.CodeConflict,
 			"The request first sent with this Idempotency-Key (request %s) is still being answered; send it again in a second.", held.RequestID)
-	case held.Status == 0:
+	case held.Status <= 0:
+		// Applied (a key in progress with nothing applied is claimed anew
+		// once its lease has passed), its answer lost.
 		return nil, false, coinpulse.Errorf(coinpulse.CodeConflict,
-			"The request first sent with this Idempotency-Key (request %s, at %s) was cut off before it was answered (its server stopped or failed), and may or may not have been applied: look for its effect, and if it is not there, send the request again with a new key.",
+			"The request first sent with this Idempotency-Key (request %s, at %s) was applied, but its server stopped before it answered, so there is no answer to give again: look up its result (it is not applied twice).",
 			held.RequestID, held.CreatedAt.Format(time.RFC3339))
 	}
 	replay(e, held)
@@ -165,22 +173,26 @@ func replay(e *exchange, k *coinpulse.IdempotencyKey) {
 }
 
 // settleIdempotencyKey keeps the answer under the key claim holds, if the
-// request succeeded, or releases the key. It goes on if the client hung
+// request succeeded or applied something, or releases the key. It goes on if the client hung
 // up: a client that lost the answer is who sends the key again.
 func (s *Server) settleIdempotencyKey(e *exchange, r *http.Request, claim *coinpulse.IdempotencyKey) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), settleTimeout)
 	defer cancel()
-	var err error
-	if e.wrote && e.status >= 200 && e.status < 300 {
+	ok := e.wrote && e.status >= 200 && e.status < 300
+	released, err := false, error(nil)
+	if !ok {
+		// A failure that applied nothing frees the key; one that applied
+		// something (a write committed, then an error) keeps its answer.
+		released, err = s.store.ReleaseIdempotencyKey(ctx, claim)
+	}
+	if err == nil && !released {
 		claim.Status, claim.Body = e.status, e.captured
 		err = s.store.FinishIdempotencyKey(ctx, claim)
-	} else {
-		err = s.store.ReleaseIdempotencyKey(ctx, claim)
 	}
 	e.capturing, e.captured = false, nil
 	if err != nil {
-		// The key stays in progress, then reads as cut off: a request sent
-		// again with it is refused rather than applied twice.
+		// The key stays in progress: applied, a request sent again with
+		// it is refused; not applied, it is claimed anew after the lease.
 		s.log.Error("idempotency key not settled", "err", err, "status", e.status, "request_id", e.id)
 	}
 }

@@ -226,8 +226,10 @@ func TestIdempotencyKeyConcurrent(t *testing.T) {
 	}
 }
 
-// A key whose request was cut off (its node crashed) is refused, not
-// applied again, until it expires; a key older than 24 hours is free.
+// A key whose request was cut off (its node crashed) before it applied
+// anything is claimed anew once its lease has passed, and the request
+// runs; one whose request was applied but not answered is a 409, never a
+// second application; a key older than 24 hours is free.
 func TestIdempotencyKeyInterruptedAndExpired(t *testing.T) {
 	t.Parallel()
 	srv := testServer(t)
@@ -243,39 +245,92 @@ func TestIdempotencyKeyInterruptedAndExpired(t *testing.T) {
 		t.Helper()
 		rec := &coinpulse.IdempotencyKey{UserID: u.ID, Mode: coinpulse.ModeLive, Key: k, Request: request, Digest: digest,
 			RequestID: "req_crashed", Claim: "c-" + k, CreatedAt: created, LeaseUntil: created.Add(idempotencyLease)}
-		if _, ok, err := shared.store.ClaimIdempotencyKey(context.Background(), rec, created.Add(-IdempotencyKeep)); err != nil || !ok {
+		ctx := context.Background()
+		if _, ok, err := shared.store.ClaimIdempotencyKey(ctx, rec, created.Add(-IdempotencyKeep)); err != nil || !ok {
 			t.Fatalf("claim %s: %v, %v", k, ok, err)
 		}
-		if status != 0 {
+		switch {
+		case status == coinpulse.IdempotencyApplied:
+			// As a write under the claim leaves it: applied, unanswered.
+			p := &coinpulse.Portfolio{Owner: coinpulse.Owner{UserID: u.ID, Mode: coinpulse.ModeLive}, Name: "applied " + k, CreatedAt: created}
+			if err := shared.store.CreatePortfolio(coinpulse.WithIdempotencyClaim(ctx, rec), p, coinpulse.Unlimited); err != nil {
+				t.Fatal(err)
+			}
+		case status != 0:
 			rec.Status, rec.Body = status, []byte(`{"success":true,"data":{"stale":true},"meta":{"timestamp":"2026-01-01T00:00:00.000Z","request_id":"req_crashed"}}`)
-			if err := shared.store.FinishIdempotencyKey(context.Background(), rec); err != nil {
+			if err := shared.store.FinishIdempotencyKey(ctx, rec); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	now := time.Now()
 	claim("cut", now.Add(-2*idempotencyLease), 0)
+	claim("lost", now.Add(-2*idempotencyLease), coinpulse.IdempotencyApplied)
 	claim("running", now, 0)
+	claim("storing", now, coinpulse.IdempotencyApplied)
 	claim("old", now.Add(-IdempotencyKeep-time.Minute), http.StatusCreated)
+	portfolios := func() int {
+		return len(want[[]jsonPortfolio](t, do(t, srv, "GET", "/api/v1/portfolio", key), http.StatusOK))
+	}
+	before := portfolios() // the two applied ones
 
 	res := sendKeyed(t, srv, "POST", "/api/v1/portfolio", key, body, "Idempotency-Key", "cut")
-	wantError(t, res, http.StatusConflict, coinpulse.CodeConflict)
-	if !strings.Contains(res.Error.Message, "may or may not have been applied") || !strings.Contains(res.Error.Message, "req_crashed") {
-		t.Errorf("cut-off key: %s", res.Error.Message)
+	want[jsonPortfolio](t, res, http.StatusCreated)
+	if res.Header.Get("Idempotent-Replayed") != "" {
+		t.Errorf("a cut-off key was replayed: %s", res.Raw)
 	}
-	res = sendKeyed(t, srv, "POST", "/api/v1/portfolio", key, body, "Idempotency-Key", "running")
+	wantReplay(t, sendKeyed(t, srv, "POST", "/api/v1/portfolio", key, body, "Idempotency-Key", "cut"), res)
+
+	res = sendKeyed(t, srv, "POST", "/api/v1/portfolio", key, body, "Idempotency-Key", "lost")
 	wantError(t, res, http.StatusConflict, coinpulse.CodeConflict)
-	if res.Header.Get("Retry-After") != "1" || !strings.Contains(res.Error.Message, "still being answered") {
-		t.Errorf("key in progress: Retry-After %q, %s", res.Header.Get("Retry-After"), res.Error.Message)
+	if !strings.Contains(res.Error.Message, "was applied") || !strings.Contains(res.Error.Message, "req_crashed") {
+		t.Errorf("applied key whose answer was lost: %s", res.Error.Message)
+	}
+	for _, k := range []string{"running", "storing"} {
+		res = sendKeyed(t, srv, "POST", "/api/v1/portfolio", key, body, "Idempotency-Key", k)
+		wantError(t, res, http.StatusConflict, coinpulse.CodeConflict)
+		if res.Header.Get("Retry-After") != "1" || !strings.Contains(res.Error.Message, "still being answered") {
+			t.Errorf("key %s in progress: Retry-After %q, %s", k, res.Header.Get("Retry-After"), res.Error.Message)
+		}
 	}
 	res = sendKeyed(t, srv, "POST", "/api/v1/portfolio", key, body, "Idempotency-Key", "old")
 	want[jsonPortfolio](t, res, http.StatusCreated)
 	if res.Header.Get("Idempotent-Replayed") != "" {
 		t.Errorf("a key older than a day was replayed: %s", res.Raw)
 	}
-	if ps := want[[]jsonPortfolio](t, do(t, srv, "GET", "/api/v1/portfolio", key), http.StatusOK); len(ps) != 1 {
-		t.Errorf("%d portfolios; want only the one under the expired key", len(ps))
+	if n := portfolios(); n != before+2 {
+		t.Errorf("%d portfolios; want %d: the cut-off key's and the expired key's", n, before+2)
 	}
+}
+
+// A request that held its key past the lease, and lost it to a request
+// sent again with the key, cannot apply its write: it is refused with a
+// 409, and only the request that holds the key applies.
+func TestIdempotencyKeyFencedOut(t *testing.T) {
+	t.Parallel()
+	srv := testServer(t)
+	u := newUser(t, coinpulse.TierPro, nil)
+	key, _ := newKey(t, u, coinpulse.ModeLive, rw, nil)
+	body := `{"name":"Fenced"}`
+	request, digest := requestDigest(httptest.NewRequest("POST", "/api/v1/portfolio", nil), []byte(body))
+	old := time.Now().Add(-2 * idempotencyLease)
+	slow := &coinpulse.IdempotencyKey{UserID: u.ID, Mode: coinpulse.ModeLive, Key: "slow", Request: request, Digest: digest,
+		RequestID: "req_slow", Claim: "c-slow", CreatedAt: old, LeaseUntil: old.Add(idempotencyLease)}
+	if _, ok, err := shared.store.ClaimIdempotencyKey(context.Background(), slow, old.Add(-IdempotencyKeep)); err != nil || !ok {
+		t.Fatalf("claim: %v, %v", ok, err)
+	}
+	res := sendKeyed(t, srv, "POST", "/api/v1/portfolio", key, body, "Idempotency-Key", "slow")
+	want[jsonPortfolio](t, res, http.StatusCreated)
+	// The slow request's write, at last: refused.
+	p := &coinpulse.Portfolio{Owner: coinpulse.Owner{UserID: u.ID, Mode: coinpulse.ModeLive}, Name: "Fenced"}
+	err := shared.store.CreatePortfolio(coinpulse.WithIdempotencyClaim(context.Background(), slow), p, coinpulse.Unlimited)
+	if coinpulse.ErrorCode(err) != coinpulse.CodeConflict || !strings.Contains(coinpulse.ErrorMessage(err), "was not applied") {
+		t.Errorf("the fenced-out write: %v; want CONFLICT saying it was not applied", err)
+	}
+	if n := len(want[[]jsonPortfolio](t, do(t, srv, "GET", "/api/v1/portfolio", key), http.StatusOK)); n != 1 {
+		t.Errorf("%d portfolios; want 1", n)
+	}
+	wantReplay(t, sendKeyed(t, srv, "POST", "/api/v1/portfolio", key, body, "Idempotency-Key", "slow"), res)
 }
 
 // A server's Run deletes the keys older than a day as it starts.
@@ -287,7 +342,7 @@ func TestIdempotencyKeySweep(t *testing.T) {
 	held := func(k string, created time.Time) bool {
 		t.Helper()
 		rec := &coinpulse.IdempotencyKey{UserID: u.ID, Mode: coinpulse.ModeLive, Key: k, Request: "POST /api/v1/portfolio", Digest: "d",
-			RequestID: "req_sweep", Claim: rand.Text(), CreatedAt: created, LeaseUntil: created.Add(idempotencyLease)}
+			RequestID: "req_sweep", Claim: rand.Text(), CreatedAt: created, LeaseUntil: created.Add(3 * IdempotencyKeep)} // not claimed anew for its lease
 		h, _, err := shared.store.ClaimIdempotencyKey(context.Background(), rec, now.Add(-3*IdempotencyKeep))
 		if err != nil {
 			t.Fatal(err)

@@ -882,6 +882,9 @@ func (s *Server) wrap(rt Route) http.Handler {
 		replayed := false
 		if err == nil && takesIdempotencyKey(rt) {
 			claim, replayed, err = s.claimIdempotencyKey(e, r)
+			if claim != nil {
+				r = r.WithContext(coinpulse.WithIdempotencyClaim(r.Context(), claim))
+			}
 		}
 		if err == nil && !replayed {
 			err = rt.Handler(e, r)

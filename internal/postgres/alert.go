@@ -132,6 +132,9 @@ func (db *DB) CreateAlert(ctx context.Context, a *coinpulse.Alert, max int) erro
 	a.EmailStatus, a.EmailError = coinpulse.EmailNone, ""
 	var id, seq int64
 	err := db.Transact(ctx, func(tx pgx.Tx) error {
+		if err := markApplied(ctx, tx); err != nil {
+			return err
+		}
 		if max >= 0 {
 			if err := lockUser(ctx, tx, a.Owner.UserID); err != nil {
 				return wrapf(err, "postgres: create alert: %w")
@@ -246,6 +249,9 @@ func (db *DB) ToggleAlert(ctx context.Context, o coinpulse.Owner, id int64, max 
 	now = truncate(now)
 	var a coinpulse.Alert
 	err := db.Transact(ctx, func(tx pgx.Tx) error {
+		if err := markApplied(ctx, tx); err != nil {
+			return err
+		}
 		if max >= 0 {
 			err := lockUser(ctx, tx, o.UserID)
 			if coinpulse.IsNotFound(err) {
@@ -603,6 +609,9 @@ func (db *DB) CreateWebhook(ctx context.Context, w *coinpulse.Webhook, max int) 
 	}
 	var id int64
 	err := db.Transact(ctx, func(tx pgx.Tx) error {
+		if err := markApplied(ctx, tx); err != nil {
+			return err
+		}
 		if max >= 0 {
 			if err := lockUser(ctx, tx, w.Owner.UserID); err != nil {
 				return wrapf(err, "postgres: create webhook: %w")
@@ -797,16 +806,21 @@ func (db *DB) EnqueueDelivery(ctx context.Context, d *coinpulse.Delivery) error 
 		from = `FROM webhooks WHERE id = $4 AND user_id = $2 AND mode = $3`
 	}
 	var id int64
-	err := db.pool.QueryRow(ctx, `
-		INSERT INTO deliveries (kind, user_id, mode, alert_id, armed_seq, endpoint_id, event_id, event_type, payload,
-			status, next_attempt_at, created_at)
-		SELECT $1, $2, $3, $5::bigint, (SELECT armed_seq FROM alerts WHERE id = $5 AND user_id = $2 AND mode = $3),
-			$4::bigint, $6, $7, $8, 'pending', $9, $9
-		`+from+`
-		RETURNING id`,
-		d.Kind, d.Owner.UserID, d.Owner.Mode, nullID(d.EndpointID), nullID(d.AlertID), d.EventID, d.EventType,
-		d.Payload, d.CreatedAt,
-	).Scan(&id)
+	err := db.Transact(ctx, func(tx pgx.Tx) error {
+		if err := markApplied(ctx, tx); err != nil { // a webhook's test event
+			return err
+		}
+		return tx.QueryRow(ctx, `
+			INSERT INTO deliveries (kind, user_id, mode, alert_id, armed_seq, endpoint_id, event_id, event_type, payload,
+				status, next_attempt_at, created_at)
+			SELECT $1, $2, $3, $5::bigint, (SELECT armed_seq FROM alerts WHERE id = $5 AND user_id = $2 AND mode = $3),
+				$4::bigint, $6, $7, $8, 'pending', $9, $9
+			`+from+`
+			RETURNING id`,
+			d.Kind, d.Owner.UserID, d.Owner.Mode, nullID(d.EndpointID), nullID(d.AlertID), d.EventID, d.EventType,
+			d.Payload, d.CreatedAt,
+		).Scan(&id)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		if d.Kind == coinpulse.KindWebhook {
 			return coinpulse.ErrWebhookNotFound(d.EndpointID)

@@ -11,8 +11,11 @@ import (
 	"coinpulse"
 )
 
-// ClaimIdempotencyKey records k in progress unless a key made at or after
-// notBefore holds its place: then it returns that one. The insert waits
+// ClaimIdempotencyKey records k in progress unless a key holds its place:
+// then it returns that one. A key made before notBefore, or in progress
+// with nothing applied past its lease, is replaced; a request still
+// writing under it has its row locked, which the delete waits for (and
+// then finds applied). The insert waits
 // for a concurrent claim of the same key to commit or roll back, so two
 // claims never both win; a key released between the insert and the read
 // is claimed again.
@@ -21,8 +24,10 @@ func (db *DB) ClaimIdempotencyKey(ctx context.Context, k *coinpulse.IdempotencyK
 	for range 3 {
 		var held *coinpulse.IdempotencyKey
 		err := db.Transact(ctx, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `DELETE FROM idempotency_keys WHERE user_id = $1 AND mode = $2 AND key = $3 AND created_at < $4`,
-				k.UserID, string(k.Mode), k.Key, notBefore); err != nil {
+			if _, err := tx.Exec(ctx, `
+				DELETE FROM idempotency_keys WHERE user_id = $1 AND mode = $2 AND key = $3
+				AND (created_at < $4 OR status = 0 AND lease_until <= $5)`,
+				k.UserID, string(k.Mode), k.Key, notBefore, k.CreatedAt); err != nil {
 				return err
 			}
 			tag, err := tx.Exec(ctx, `
@@ -63,7 +68,7 @@ func (db *DB) FinishIdempotencyKey(ctx context.Context, k *coinpulse.Idempotency
 	}
 	_, err := db.pool.Exec(ctx, `
 		UPDATE idempotency_keys SET status = $1, body = $2
-		WHERE user_id = $3 AND mode = $4 AND key = $5 AND claim = $6 AND status = 0`,
+		WHERE user_id = $3 AND mode = $4 AND key = $5 AND claim = $6 AND status IN (0, -1)`,
 		k.Status, body, k.UserID, string(k.Mode), k.Key, k.Claim)
 	if err != nil {
 		return fmt.Errorf("postgres: finish idempotency key: %w", err)
@@ -71,13 +76,36 @@ func (db *DB) FinishIdempotencyKey(ctx context.Context, k *coinpulse.Idempotency
 	return nil
 }
 
-// ReleaseIdempotencyKey removes the key if k's claim still holds it in
-// progress.
-func (db *DB) ReleaseIdempotencyKey(ctx context.Context, k *coinpulse.IdempotencyKey) error {
-	_, err := db.pool.Exec(ctx, `DELETE FROM idempotency_keys WHERE user_id = $1 AND mode = $2 AND key = $3 AND claim = $4 AND status = 0`,
+// ReleaseIdempotencyKey removes the key if k's claim holds it in progress
+// with nothing applied.
+func (db *DB) ReleaseIdempotencyKey(ctx context.Context, k *coinpulse.IdempotencyKey) (bool, error) {
+	tag, err := db.pool.Exec(ctx, `DELETE FROM idempotency_keys WHERE user_id = $1 AND mode = $2 AND key = $3 AND claim = $4 AND status = 0`,
 		k.UserID, string(k.Mode), k.Key, k.Claim)
 	if err != nil {
-		return fmt.Errorf("postgres: release idempotency key: %w", err)
+		return false, fmt.Errorf("postgres: release idempotency key: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// markApplied records, in tx, that the request whose Idempotency-Key ctx
+// carries (if any) has applied its write, and fails with
+// ErrIdempotencyClaimLost if the request no longer holds the key: every
+// write a POST or PATCH makes calls it in its transaction, so that the
+// write and the mark commit together, or neither.
+func markApplied(ctx context.Context, tx pgx.Tx) error {
+	k := coinpulse.IdempotencyClaim(ctx)
+	if k == nil {
+		return nil
+	}
+	tag, err := tx.Exec(ctx, `
+		UPDATE idempotency_keys SET status = -1
+		WHERE user_id = $1 AND mode = $2 AND key = $3 AND claim = $4 AND status IN (0, -1)`,
+		k.UserID, string(k.Mode), k.Key, k.Claim)
+	if err != nil {
+		return fmt.Errorf("postgres: mark idempotency key applied: %w", err)
+	}
+	if tag.RowsAffected() != 1 {
+		return coinpulse.ErrIdempotencyClaimLost()
 	}
 	return nil
 }

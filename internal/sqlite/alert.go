@@ -133,6 +133,9 @@ func (db *DB) CreateAlert(ctx context.Context, a *coinpulse.Alert, max int) erro
 	a.EmailStatus, a.EmailError = coinpulse.EmailNone, ""
 	var id, seq int64
 	err := db.Transact(ctx, func(tx *sql.Tx) error {
+		if err := markApplied(ctx, tx); err != nil {
+			return err
+		}
 		var one int
 		err := tx.QueryRowContext(ctx, `SELECT 1 FROM users WHERE id = ?`, a.Owner.UserID).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -240,6 +243,9 @@ func (db *DB) ToggleAlert(ctx context.Context, o coinpulse.Owner, id int64, max 
 	at := micros(truncate(now))
 	var a coinpulse.Alert
 	err := db.Transact(ctx, func(tx *sql.Tx) error {
+		if err := markApplied(ctx, tx); err != nil {
+			return err
+		}
 		var active bool
 		err := tx.QueryRowContext(ctx, `SELECT is_active FROM alerts WHERE id = ? AND user_id = ? AND mode = ?`,
 			id, o.UserID, o.Mode).Scan(&active)
@@ -555,6 +561,9 @@ func (db *DB) CreateWebhook(ctx context.Context, w *coinpulse.Webhook, max int) 
 	}
 	var id int64
 	err := db.Transact(ctx, func(tx *sql.Tx) error {
+		if err := markApplied(ctx, tx); err != nil {
+			return err
+		}
 		var one int
 		err := tx.QueryRowContext(ctx, `SELECT 1 FROM users WHERE id = ?`, w.Owner.UserID).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -751,17 +760,22 @@ func (db *DB) EnqueueDelivery(ctx context.Context, d *coinpulse.Delivery) error 
 		args = []any{d.EndpointID, d.Owner.UserID, d.Owner.Mode}
 	}
 	var id int64
-	err := db.db.QueryRowContext(ctx, `
-		INSERT INTO deliveries (kind, user_id, mode, alert_id, armed_seq, endpoint_id, event_id, event_type, payload,
-			status, next_attempt_at, created_at)
-		SELECT ?, ?, ?, ?, (SELECT armed_seq FROM alerts WHERE id = ? AND user_id = ? AND mode = ?), ?, ?, ?, ?,
-			'pending', ?, ?
-		`+from+`
-		RETURNING id`,
-		append([]any{d.Kind, d.Owner.UserID, d.Owner.Mode, nullID(d.AlertID), d.AlertID, d.Owner.UserID, d.Owner.Mode,
-			nullID(d.EndpointID), d.EventID, d.EventType, d.Payload, micros(d.NextAttemptAt), micros(d.CreatedAt)},
-			args...)...,
-	).Scan(&id)
+	err := db.Transact(ctx, func(tx *sql.Tx) error {
+		if err := markApplied(ctx, tx); err != nil { // a webhook's test event
+			return err
+		}
+		return tx.QueryRowContext(ctx, `
+			INSERT INTO deliveries (kind, user_id, mode, alert_id, armed_seq, endpoint_id, event_id, event_type, payload,
+				status, next_attempt_at, created_at)
+			SELECT ?, ?, ?, ?, (SELECT armed_seq FROM alerts WHERE id = ? AND user_id = ? AND mode = ?), ?, ?, ?, ?,
+				'pending', ?, ?
+			`+from+`
+			RETURNING id`,
+			append([]any{d.Kind, d.Owner.UserID, d.Owner.Mode, nullID(d.AlertID), d.AlertID, d.Owner.UserID, d.Owner.Mode,
+				nullID(d.EndpointID), d.EventID, d.EventType, d.Payload, micros(d.NextAttemptAt), micros(d.CreatedAt)},
+				args...)...,
+		).Scan(&id)
+	})
 	if errors.Is(err, sql.ErrNoRows) {
 		if d.Kind == coinpulse.KindWebhook {
 			return coinpulse.ErrWebhookNotFound(d.EndpointID)

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -10,15 +11,18 @@ import (
 	"coinpulse"
 )
 
-// ClaimIdempotencyKey records k in progress unless a key made at or after
-// notBefore holds its place: then it returns that one. One transaction
+// ClaimIdempotencyKey records k in progress unless a key holds its place:
+// then it returns that one. A key made before notBefore, or in progress
+// with nothing applied past its lease, is replaced. One transaction
 // (BEGIN IMMEDIATE) does both, so two claims of one key never both win.
 func (db *DB) ClaimIdempotencyKey(ctx context.Context, k *coinpulse.IdempotencyKey, notBefore time.Time) (*coinpulse.IdempotencyKey, bool, error) {
 	k.CreatedAt, k.LeaseUntil = truncate(k.CreatedAt), truncate(k.LeaseUntil)
 	var held *coinpulse.IdempotencyKey
 	err := db.Transact(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM idempotency_keys WHERE user_id = ? AND mode = ? AND key = ? AND created_at < ?`,
-			k.UserID, string(k.Mode), k.Key, micros(notBefore)); err != nil {
+		if _, err := tx.ExecContext(ctx, `
+			DELETE FROM idempotency_keys WHERE user_id = ? AND mode = ? AND key = ?
+			AND (created_at < ? OR status = 0 AND lease_until <= ?)`,
+			k.UserID, string(k.Mode), k.Key, micros(notBefore), micros(k.CreatedAt)); err != nil {
 			return err
 		}
 		res, err := tx.ExecContext(ctx, `
@@ -61,7 +65,7 @@ func (db *DB) FinishIdempotencyKey(ctx context.Context, k *coinpulse.Idempotency
 	}
 	_, err := db.db.ExecContext(ctx, `
 		UPDATE idempotency_keys SET status = ?, body = ?
-		WHERE user_id = ? AND mode = ? AND key = ? AND claim = ? AND status = 0`,
+		WHERE user_id = ? AND mode = ? AND key = ? AND claim = ? AND status IN (0, -1)`,
 		k.Status, body, k.UserID, string(k.Mode), k.Key, k.Claim)
 	if err != nil {
 		return fmt.Errorf("sqlite: finish idempotency key: %w", err)
@@ -69,13 +73,37 @@ func (db *DB) FinishIdempotencyKey(ctx context.Context, k *coinpulse.Idempotency
 	return nil
 }
 
-// ReleaseIdempotencyKey removes the key if k's claim still holds it in
-// progress.
-func (db *DB) ReleaseIdempotencyKey(ctx context.Context, k *coinpulse.IdempotencyKey) error {
-	_, err := db.db.ExecContext(ctx, `DELETE FROM idempotency_keys WHERE user_id = ? AND mode = ? AND key = ? AND claim = ? AND status = 0`,
+// ReleaseIdempotencyKey removes the key if k's claim holds it in progress
+// with nothing applied.
+func (db *DB) ReleaseIdempotencyKey(ctx context.Context, k *coinpulse.IdempotencyKey) (bool, error) {
+	res, err := db.db.ExecContext(ctx, `DELETE FROM idempotency_keys WHERE user_id = ? AND mode = ? AND key = ? AND claim = ? AND status = 0`,
 		k.UserID, string(k.Mode), k.Key, k.Claim)
 	if err != nil {
-		return fmt.Errorf("sqlite: release idempotency key: %w", err)
+		return false, fmt.Errorf("sqlite: release idempotency key: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// markApplied records, in tx, that the request whose Idempotency-Key ctx
+// carries (if any) has applied its write, and fails with
+// ErrIdempotencyClaimLost if the request no longer holds the key: every
+// write a POST or PATCH makes calls it in its transaction, so that the
+// write and the mark commit together, or neither.
+func markApplied(ctx context.Context, tx *sql.Tx) error {
+	k := coinpulse.IdempotencyClaim(ctx)
+	if k == nil {
+		return nil
+	}
+	res, err := tx.ExecContext(ctx, `
+		UPDATE idempotency_keys SET status = -1
+		WHERE user_id = ? AND mode = ? AND key = ? AND claim = ? AND status IN (0, -1)`,
+		k.UserID, string(k.Mode), k.Key, k.Claim)
+	if err != nil {
+		return fmt.Errorf("sqlite: mark idempotency key applied: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return cmp.Or(err, coinpulse.ErrIdempotencyClaimLost())
 	}
 	return nil
 }

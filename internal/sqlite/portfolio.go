@@ -78,6 +78,9 @@ func (db *DB) CreatePortfolio(ctx context.Context, p *coinpulse.Portfolio, max i
 	p.SyncedAt = nil
 	p.Holdings = []coinpulse.Holding{}
 	return db.Transact(ctx, func(tx *sql.Tx) error {
+		if err := markApplied(ctx, tx); err != nil {
+			return err
+		}
 		var one int
 		err := tx.QueryRowContext(ctx, `SELECT 1 FROM users WHERE id = ?`, p.Owner.UserID).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -263,6 +266,9 @@ func scanHolding(s scanner) (coinpulse.Holding, error) {
 func (db *DB) UpdatePortfolio(ctx context.Context, o coinpulse.Owner, id int64, patch coinpulse.PortfolioPatch, now time.Time) (*coinpulse.Portfolio, error) {
 	var p *coinpulse.Portfolio
 	err := db.Transact(ctx, func(tx *sql.Tx) error {
+		if err := markApplied(ctx, tx); err != nil {
+			return err
+		}
 		res, err := tx.ExecContext(ctx, `
 			UPDATE portfolios SET name = coalesce(?, name), description = coalesce(?, description), updated_at = ?, version = version + 1
 			WHERE id = ? AND user_id = ? AND mode = ?`,
@@ -318,6 +324,9 @@ func (db *DB) Trade(ctx context.Context, o coinpulse.Owner, t coinpulse.Trade, a
 		rec  coinpulse.Transaction
 	)
 	err := db.Transact(ctx, func(tx *sql.Tx) error {
+		if err := markApplied(ctx, tx); err != nil {
+			return err
+		}
 		cur, err := db.tradeHolding(ctx, tx, o, t)
 		if err != nil {
 			return err
@@ -569,6 +578,9 @@ func (db *DB) Transactions(ctx context.Context, o coinpulse.Owner, portfolioID i
 func (db *DB) RecordValue(ctx context.Context, o coinpulse.Owner, portfolioID, version int64, v coinpulse.ValuePoint) error {
 	at := micros(truncate(v.At))
 	return db.Transact(ctx, func(tx *sql.Tx) error {
+		if err := markApplied(ctx, tx); err != nil {
+			return err
+		}
 		var now int64 // the version after this update
 		err := tx.QueryRowContext(ctx, `UPDATE portfolios SET synced_at = ?, version = version + 1 WHERE id = ? AND user_id = ? AND mode = ? RETURNING version`,
 			at, portfolioID, o.UserID, o.Mode).Scan(&now)

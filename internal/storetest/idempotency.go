@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"coinpulse"
+	"coinpulse/internal/ledger"
 )
 
 // idemKey returns a key of u in mode m, claimed by claim at t0.
@@ -68,8 +69,8 @@ func testIdempotencyKeys(t *testing.T, s coinpulse.Store) {
 	if err := s.FinishIdempotencyKey(ctx, &stranger); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ReleaseIdempotencyKey(ctx, &stranger); err != nil {
-		t.Fatal(err)
+	if released, err := s.ReleaseIdempotencyKey(ctx, &stranger); err != nil || released {
+		t.Fatalf("another claim's release: %v, %v; want false", released, err)
 	}
 	if held, _ := claim(idemKey(u, coinpulse.ModeLive, "k1", "c5"), nb); held == nil || held.Status != 0 || held.Claim != "c1" {
 		t.Fatalf("after another claim's finish and release, k1 = %+v; want c1's, in progress", held)
@@ -88,8 +89,8 @@ func testIdempotencyKeys(t *testing.T, s coinpulse.Store) {
 	if err := s.FinishIdempotencyKey(ctx, &again); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ReleaseIdempotencyKey(ctx, a); err != nil {
-		t.Fatal(err)
+	if released, err := s.ReleaseIdempotencyKey(ctx, a); err != nil || released {
+		t.Fatalf("a finished key's release: %v, %v; want false", released, err)
 	}
 	if held, _ = claim(idemKey(u, coinpulse.ModeLive, "k1", "c7"), nb); held == nil || held.Status != 201 {
 		t.Fatalf("k1 after a second finish and a release = %+v; want the first answer", held)
@@ -108,8 +109,8 @@ func testIdempotencyKeys(t *testing.T, s coinpulse.Store) {
 	// A released key is free again.
 	r := idemKey(u, coinpulse.ModeLive, "k2", "r1")
 	claim(r, nb)
-	if err := s.ReleaseIdempotencyKey(ctx, r); err != nil {
-		t.Fatal(err)
+	if released, err := s.ReleaseIdempotencyKey(ctx, r); err != nil || !released {
+		t.Fatalf("release: %v, %v; want true", released, err)
 	}
 	if _, ok := claim(idemKey(u, coinpulse.ModeLive, "k2", "r2"), nb); !ok {
 		t.Error("a released key is still held")
@@ -123,6 +124,20 @@ func testIdempotencyKeys(t *testing.T, s coinpulse.Store) {
 		t.Errorf("k1 after its renewal = %+v; want c8's, in progress", held)
 	}
 
+	// A key in progress whose lease has passed is claimed anew: nothing
+	// was applied under it.
+	lapsed := idemKey(u, coinpulse.ModeLive, "lapsed", "p1")
+	claim(lapsed, nb)
+	late2 := idemKey(u, coinpulse.ModeLive, "lapsed", "p2")
+	late2.CreatedAt = lapsed.LeaseUntil.Add(-time.Microsecond)
+	if _, ok := claim(late2, nb); ok {
+		t.Error("a key in progress was claimed anew before its lease passed")
+	}
+	late2.CreatedAt = lapsed.LeaseUntil
+	if _, ok := claim(late2, nb); !ok {
+		t.Error("a key in progress was not claimed anew once its lease passed")
+	}
+
 	// Sweeping.
 	late := idemKey(u, coinpulse.ModeLive, "late", "l1")
 	late.CreatedAt = t0.Add(time.Hour)
@@ -131,7 +146,7 @@ func testIdempotencyKeys(t *testing.T, s coinpulse.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 5 { // k1 (renewed) live and sandbox, other's k1, empty, k2
+	if n != 5 { // k1 (renewed) live and sandbox, other's k1, empty, k2; not lapsed, renewed at t0+1m
 		t.Errorf("DeleteIdempotencyKeys removed %d keys; want 5", n)
 	}
 	if _, ok := claim(idemKey(u, coinpulse.ModeLive, "late", "l2"), nb); ok {
@@ -178,5 +193,121 @@ func idempotencyConcurrent(t *testing.T, nodes []coinpulse.Store) {
 		if got := won.Load(); got != 1 {
 			t.Errorf("round %d: %d claims of one key won; want 1", round, got)
 		}
+	}
+}
+
+// A write under a claim (WithIdempotencyClaim) marks the key applied in
+// its own transaction: a key so marked is never claimed anew, is not
+// released, and keeps the answer it is finished with. A failed write
+// marks nothing.
+func testIdempotencyApplied(t *testing.T, s coinpulse.Store) {
+	ctx := t.Context()
+	u := newUser(t, s, "idem-applied@example.com")
+	o := live(u)
+	nb := t0.Add(-24 * time.Hour)
+	k := idemKey(u, coinpulse.ModeLive, "applied", "a1")
+	if _, ok, err := s.ClaimIdempotencyKey(ctx, k, nb); err != nil || !ok {
+		t.Fatalf("claim: %v, %v", ok, err)
+	}
+	under := coinpulse.WithIdempotencyClaim(ctx, k)
+	// A write that fails marks nothing: the key is released.
+	full := &coinpulse.Portfolio{Owner: o, Name: "none", CreatedAt: t0}
+	wantCode(t, s.CreatePortfolio(under, full, 0), coinpulse.CodePortfolioLimitReached)
+	if released, err := s.ReleaseIdempotencyKey(ctx, k); err != nil || !released {
+		t.Fatalf("release after a failed write: %v, %v; want true", released, err)
+	}
+	if _, ok, err := s.ClaimIdempotencyKey(ctx, k, nb); err != nil || !ok {
+		t.Fatalf("claim again: %v, %v", ok, err)
+	}
+	p := &coinpulse.Portfolio{Owner: o, Name: "applied", CreatedAt: t0}
+	if err := s.CreatePortfolio(under, p, coinpulse.Unlimited); err != nil {
+		t.Fatalf("CreatePortfolio under the claim: %v", err)
+	}
+	after := idemKey(u, coinpulse.ModeLive, "applied", "a2")
+	after.CreatedAt = k.LeaseUntil.Add(time.Hour)
+	held, ok, err := s.ClaimIdempotencyKey(ctx, after, nb)
+	if err != nil || ok || held.Status != coinpulse.IdempotencyApplied || held.Claim != "a1" {
+		t.Fatalf("claim past the lease of an applied key = %+v, %v, %v; want a1's, applied", held, ok, err)
+	}
+	if released, err := s.ReleaseIdempotencyKey(ctx, k); err != nil || released {
+		t.Fatalf("release of an applied key: %v, %v; want false", released, err)
+	}
+	k.Status, k.Body = 422, []byte(`{"success":false}`)
+	if err := s.FinishIdempotencyKey(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	if held, _, _ = s.ClaimIdempotencyKey(ctx, after, nb); held == nil || held.Status != 422 {
+		t.Fatalf("an applied key finished with a 422 = %+v", held)
+	}
+}
+
+// A request that lost its key (its lease passed, and a request sent
+// again with the key claimed it) can no longer write: every write a POST
+// or PATCH makes refuses, and changes nothing.
+func testIdempotencyFenced(t *testing.T, s coinpulse.Store) {
+	ctx := t.Context()
+	u := newUser(t, s, "idem-fenced@example.com")
+	o := live(u)
+	p := newPortfolio(t, s, o, "fenced")
+	h, _ := trade(t, s, o, p.ID, "bitcoin", t0, ledger.BuyFunc(lot("1", "100")))
+	a := newAlert(t, s, o, "bitcoin", "100", coinpulse.Above, false)
+	w := newWebhook(t, s, o, "https://example.com/fenced")
+	nb := t0.Add(-24 * time.Hour)
+
+	first := idemKey(u, coinpulse.ModeLive, "fenced", "f1")
+	if _, ok, err := s.ClaimIdempotencyKey(ctx, first, nb); err != nil || !ok {
+		t.Fatalf("claim: %v, %v", ok, err)
+	}
+	retry := idemKey(u, coinpulse.ModeLive, "fenced", "f2")
+	retry.CreatedAt = first.LeaseUntil
+	if _, ok, err := s.ClaimIdempotencyKey(ctx, retry, nb); err != nil || !ok {
+		t.Fatalf("the retry's claim past the lease: %v, %v", ok, err)
+	}
+	under := coinpulse.WithIdempotencyClaim(ctx, first)
+	writes := map[string]error{
+		"CreatePortfolio": s.CreatePortfolio(under, &coinpulse.Portfolio{Owner: o, Name: "late", CreatedAt: t0}, coinpulse.Unlimited),
+		"RecordValue":     s.RecordValue(under, o, p.ID, 0, coinpulse.ValuePoint{At: t0, TotalValue: d("1"), TotalCost: d("1")}),
+		"CreateAlert": s.CreateAlert(under, &coinpulse.Alert{Owner: o, CoinID: "bitcoin", CoinSymbol: "BTC", TargetPrice: d("1"),
+			Condition: coinpulse.Below, CreatedAt: t0}, coinpulse.Unlimited),
+		"CreateWebhook": s.CreateWebhook(under, &coinpulse.Webhook{Owner: o, URL: "https://example.com/late", Secret: "whsec_c2VjcmV0", CreatedAt: t0}, coinpulse.Unlimited),
+		"EnqueueDelivery": s.EnqueueDelivery(under, &coinpulse.Delivery{Kind: coinpulse.KindWebhook, Owner: o, EndpointID: w.ID,
+			EventID: "msg_fenced", EventType: coinpulse.EventWebhookTest, Payload: []byte(`{}`), CreatedAt: t0}),
+	}
+	_, err := s.UpdatePortfolio(under, o, p.ID, coinpulse.PortfolioPatch{Name: ptr("renamed")}, t0)
+	writes["UpdatePortfolio"] = err
+	_, _, err = s.Trade(under, o, coinTrade(p.ID, "ethereum", t0), ledger.BuyFunc(lot("1", "1")))
+	writes["Trade (buy)"] = err
+	_, _, err = s.Trade(under, o, coinpulse.Trade{HoldingID: h.ID, Now: t0}, ledger.SellFunc(lot("1", "1")))
+	writes["Trade (sell)"] = err
+	_, err = s.ToggleAlert(under, o, a.ID, coinpulse.Unlimited, t0.Add(time.Hour))
+	writes["ToggleAlert"] = err
+	for name, err := range writes {
+		if coinpulse.ErrorCode(err) != coinpulse.CodeConflict {
+			t.Errorf("%s by a request that lost its key: %v; want CONFLICT", name, err)
+		}
+	}
+	// Nothing changed.
+	got := getPortfolio(t, s, o, p.ID)
+	if got.Name != "fenced" || got.SyncedAt != nil || len(got.Holdings) != 1 || !got.Holdings[0].Quantity.Equal(d("1")) {
+		t.Errorf("the portfolio changed: %+v", got)
+	}
+	if ps, _, err := s.Portfolios(ctx, o, coinpulse.AllPortfolios); err != nil || len(ps) != 1 {
+		t.Errorf("portfolios: %d, %v; want 1", len(ps), err)
+	}
+	if got := getAlert(t, s, o, a.ID); !got.IsActive {
+		t.Errorf("the alert was toggled")
+	}
+	if as, _, err := s.Alerts(ctx, o, coinpulse.AllAlerts); err != nil || len(as) != 1 {
+		t.Errorf("alerts: %d, %v; want 1", len(as), err)
+	}
+	if ws, err := s.Webhooks(ctx, o); err != nil || len(ws) != 1 {
+		t.Errorf("webhooks: %d, %v; want 1", len(ws), err)
+	}
+	if ds, err := s.Deliveries(ctx, o, w.ID, 10); err != nil || len(ds) != 0 {
+		t.Errorf("deliveries: %d, %v; want none", len(ds), err)
+	}
+	// The retry, holding the key, writes.
+	if err := s.CreatePortfolio(coinpulse.WithIdempotencyClaim(ctx, retry), &coinpulse.Portfolio{Owner: o, Name: "retry", CreatedAt: t0}, coinpulse.Unlimited); err != nil {
+		t.Errorf("the retry's write: %v", err)
 	}
 }

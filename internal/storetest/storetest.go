@@ -118,6 +118,8 @@ func Run(t *testing.T, open func(t *testing.T) coinpulse.Store) {
 		{"Sessions/LoginThrottle", testLoginThrottle},
 		{"Idempotency/Keys", testIdempotencyKeys},
 		{"Idempotency/Concurrent", testIdempotencyConcurrent},
+		{"Idempotency/Applied", testIdempotencyApplied},
+		{"Idempotency/Fenced", testIdempotencyFenced},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,8 +2,10 @@
 -- by user, mode and key. request names the request the key was first used
 -- with, digest is the hex SHA-256 of its method, path, query and body, and
 -- claim a random token of the request that holds the key. status is 0
--- while that request is in progress (until lease_until), then its
--- answer's status, with the answer's body. Keys are kept 24 hours.
+-- while that request is in progress (until lease_until) and has applied
+-- nothing, -1 once its write is committed (in the write's transaction),
+-- then its answer's status, with the answer's body. Keys are kept 24
+-- hours.
 -- Times are INTEGER microseconds since the Unix epoch (UTC).
 CREATE TABLE idempotency_keys (
     user_id     INTEGER NOT NULL REFERENCES users (id) ON DELETE CASCADE,
