@@ -85,6 +85,11 @@ type IdempotencyStore interface {
 	// failed and changed nothing, so the key may be used again.
 	// Otherwise it does nothing and returns false.
 	ReleaseIdempotencyKey(ctx context.Context, k *IdempotencyKey) (bool, error)
+	// EndIdempotencyLease sets the key's LeaseUntil to at, if it is in
+	// progress under k's Claim: its request ended without an answer to
+	// keep (it failed after applying its write), so that the key reads
+	// at once as applied and unanswered.
+	EndIdempotencyLease(ctx context.Context, k *IdempotencyKey, at time.Time) error
 	// DeleteIdempotencyKeys removes the keys made before before and
 	// returns how many it removed.
 	DeleteIdempotencyKeys(ctx context.Context, before time.Time) (int64, error)

@@ -37,7 +37,8 @@ import (
 // still unmarked was certainly not applied: a request sent again with it
 // takes it over and runs (the first, should it still be running, can
 // then no longer commit). A key marked applied whose answer was never
-// stored is a 409 saying so, until the key expires.
+// stored (the node stopped, or the request failed after its commit) is
+// a 409 saying so, until the key expires.
 const (
 	idempotencyHeader = "Idempotency-Key"
 	// IdempotencyKeep is how long a key, and the answer under it, is kept.
@@ -173,21 +174,27 @@ func replay(e *exchange, k *coinpulse.IdempotencyKey) {
 }
 
 // settleIdempotencyKey keeps the answer under the key claim holds, if the
-// request succeeded or applied something, or releases the key. It goes on if the client hung
+// request succeeded; otherwise it releases the key, or, if the request
+// applied its write, ends the key's lease. It goes on if the client hung
 // up: a client that lost the answer is who sends the key again.
 func (s *Server) settleIdempotencyKey(e *exchange, r *http.Request, claim *coinpulse.IdempotencyKey) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), settleTimeout)
 	defer cancel()
-	ok := e.wrote && e.status >= 200 && e.status < 300
-	released, err := false, error(nil)
-	if !ok {
-		// A failure that applied nothing frees the key; one that applied
-		// something (a write committed, then an error) keeps its answer.
-		released, err = s.store.ReleaseIdempotencyKey(ctx, claim)
-	}
-	if err == nil && !released {
+	var err error
+	if e.wrote && e.status >= 200 && e.status < 300 {
 		claim.Status, claim.Body = e.status, e.captured
 		err = s.store.FinishIdempotencyKey(ctx, claim)
+	} else {
+		// A failure that applied nothing frees the key. One that did (its
+		// write committed, then the commit's acknowledgement was lost, or
+		// the handler failed or panicked) has no answer worth giving
+		// again: its lease ends now, so that the key reads as applied and
+		// unanswered (a 409) rather than in progress.
+		var released bool
+		released, err = s.store.ReleaseIdempotencyKey(ctx, claim)
+		if err == nil && !released {
+			err = s.store.EndIdempotencyLease(ctx, claim, s.clock())
+		}
 	}
 	e.capturing, e.captured = false, nil
 	if err != nil {

@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -363,4 +366,116 @@ func TestIdempotencyKeySweep(t *testing.T) {
 	if !held("new", now) {
 		t.Error("the sweep deleted a key younger than a day")
 	}
+}
+
+// faultyStore commits a trade and then, once, fails as a real failure
+// would: "reset", the commit's acknowledgement lost (a PostgreSQL
+// failover); "panic", a bug after the commit; "panic-before", a bug
+// before it; "slow", the first trade held (a lock wait, a pool queue)
+// until gate closes, after saying so on entered.
+type faultyStore struct {
+	coinpulse.Store
+	mode          string
+	fired         atomic.Bool
+	gate, entered chan struct{}
+}
+
+func (f *faultyStore) Trade(ctx context.Context, o coinpulse.Owner, t coinpulse.Trade, apply coinpulse.TradeFunc) (coinpulse.Holding, coinpulse.Transaction, error) {
+	if f.fired.Load() {
+		return f.Store.Trade(ctx, o, t, apply)
+	}
+	switch f.mode {
+	case "slow":
+		f.fired.Store(true)
+		close(f.entered)
+		<-f.gate
+	case "panic-before":
+		f.fired.Store(true)
+		panic("boom before the commit")
+	}
+	h, tx, err := f.Store.Trade(ctx, o, t, apply)
+	if err == nil && f.fired.CompareAndSwap(false, true) {
+		switch f.mode {
+		case "reset":
+			return h, tx, &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+		case "panic":
+			panic("boom after the commit")
+		}
+	}
+	return h, tx, err
+}
+
+// A request that applied its write and then failed (a lost commit
+// acknowledgement: 503; a panic: 500) leaves its key applied and
+// unanswered: sent again, it is a 409 saying it was applied, never a
+// second trade. One that failed before its write is run again.
+func TestIdempotencyKeyFailureAfterTheWrite(t *testing.T) {
+	t.Parallel()
+	testServer(t)
+	for _, c := range []struct {
+		mode       string
+		status     int
+		appliedNow bool
+	}{
+		{"reset", http.StatusServiceUnavailable, true},
+		{"panic", http.StatusInternalServerError, true},
+		{"panic-before", http.StatusInternalServerError, false},
+	} {
+		t.Run(c.mode, func(t *testing.T) {
+			srv := New(Config{Store: &faultyStore{Store: shared.store, mode: c.mode}, Market: shared.engine, Log: quiet})
+			key := proKey(t)
+			p := newPortfolio(t, srv, key, "Faulty")
+			target := fmt.Sprintf("/api/v1/portfolio/%d/holdings", p.ID)
+			buy := `{"coin_id":"bitcoin","quantity":1,"buy_price":100}`
+			first := sendKeyed(t, srv, "POST", target, key, buy, "Idempotency-Key", "faulty")
+			if first.Status != c.status {
+				t.Fatalf("first: %d %s; want %d", first.Status, first.Raw, c.status)
+			}
+			again := sendKeyed(t, srv, "POST", target, key, buy, "Idempotency-Key", "faulty")
+			if c.appliedNow {
+				wantError(t, again, http.StatusConflict, coinpulse.CodeConflict)
+				if !strings.Contains(again.Error.Message, "was applied") || again.Header.Get("Retry-After") != "" {
+					t.Errorf("sent again: %s (Retry-After %q); want a 409 saying it was applied", again.Error.Message, again.Header.Get("Retry-After"))
+				}
+			} else {
+				want[jsonHolding](t, again, http.StatusCreated)
+			}
+			if n := countTransactions(t, srv, key, p.ID); n != 1 {
+				t.Errorf("%d transactions; want 1", n)
+			}
+		})
+	}
+}
+
+// A request still running past its lease (held up before its write)
+// loses its key to a request sent again with it, which runs; the first
+// can then no longer commit: one trade.
+func TestIdempotencyKeyLeasePassesWhileRunning(t *testing.T) {
+	t.Parallel()
+	testServer(t)
+	var offset atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	fs := &faultyStore{Store: shared.store, mode: "slow", gate: make(chan struct{}), entered: make(chan struct{})}
+	srv := New(Config{Store: fs, Market: shared.engine, Log: quiet, Clock: clock})
+	key := proKey(t)
+	p := newPortfolio(t, srv, key, "Slow")
+	target := fmt.Sprintf("/api/v1/portfolio/%d/holdings", p.ID)
+	buy := `{"coin_id":"bitcoin","quantity":1,"buy_price":100}`
+
+	done := make(chan *response)
+	go func() { done <- sendKeyed(t, srv, "POST", target, key, buy, "Idempotency-Key", "slow") }()
+	<-fs.entered
+	offset.Store(int64(2 * idempotencyLease)) // the first request has run two leases
+	again := sendKeyed(t, srv, "POST", target, key, buy, "Idempotency-Key", "slow")
+	want[jsonHolding](t, again, http.StatusCreated)
+	close(fs.gate)
+	first := <-done
+	wantError(t, first, http.StatusConflict, coinpulse.CodeConflict)
+	if !strings.Contains(first.Error.Message, "was not applied") {
+		t.Errorf("the fenced-out first request: %s", first.Error.Message)
+	}
+	if n := countTransactions(t, srv, key, p.ID); n != 1 {
+		t.Errorf("%d transactions; want 1", n)
+	}
+	wantReplay(t, sendKeyed(t, srv, "POST", target, key, buy, "Idempotency-Key", "slow"), again)
 }

@@ -869,16 +869,19 @@ func (s *Server) wrap(rt Route) http.Handler {
 		// answer began), so that an admitted call is metered, and given
 		// back to the limits as a 5xx, whichever way it ends.
 		finished := false
+		var claim *coinpulse.IdempotencyKey // the request's Idempotency-Key, once claimed
 		defer func() {
 			if !finished {
 				if !e.wrote {
 					e.status = http.StatusInternalServerError
 				}
+				if claim != nil {
+					s.settleIdempotencyKey(e, r, claim)
+				}
 				s.finish(e, r, rt, label, obs, time.Since(start))
 			}
 		}()
 		err := s.admit(e, r, rt)
-		var claim *coinpulse.IdempotencyKey
 		replayed := false
 		if err == nil && takesIdempotencyKey(rt) {
 			claim, replayed, err = s.claimIdempotencyKey(e, r)

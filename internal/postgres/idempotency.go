@@ -87,6 +87,19 @@ func (db *DB) ReleaseIdempotencyKey(ctx context.Context, k *coinpulse.Idempotenc
 	return tag.RowsAffected() == 1, nil
 }
 
+// EndIdempotencyLease ends the lease of k's claim at at, if it still holds
+// the key in progress.
+func (db *DB) EndIdempotencyLease(ctx context.Context, k *coinpulse.IdempotencyKey, at time.Time) error {
+	_, err := db.pool.Exec(ctx, `
+		UPDATE idempotency_keys SET lease_until = $1
+		WHERE user_id = $2 AND mode = $3 AND key = $4 AND claim = $5 AND status IN (0, -1)`,
+		truncate(at), k.UserID, string(k.Mode), k.Key, k.Claim)
+	if err != nil {
+		return fmt.Errorf("postgres: end idempotency lease: %w", err)
+	}
+	return nil
+}
+
 // markApplied records, in tx, that the request whose Idempotency-Key ctx
 // carries (if any) has applied its write, and fails with
 // ErrIdempotencyClaimLost if the request no longer holds the key: every

@@ -85,6 +85,19 @@ func (db *DB) ReleaseIdempotencyKey(ctx context.Context, k *coinpulse.Idempotenc
 	return n == 1, err
 }
 
+// EndIdempotencyLease ends the lease of k's claim at at, if it still holds
+// the key in progress.
+func (db *DB) EndIdempotencyLease(ctx context.Context, k *coinpulse.IdempotencyKey, at time.Time) error {
+	_, err := db.db.ExecContext(ctx, `
+		UPDATE idempotency_keys SET lease_until = ?
+		WHERE user_id = ? AND mode = ? AND key = ? AND claim = ? AND status IN (0, -1)`,
+		micros(truncate(at)), k.UserID, string(k.Mode), k.Key, k.Claim)
+	if err != nil {
+		return fmt.Errorf("sqlite: end idempotency lease: %w", err)
+	}
+	return nil
+}
+
 // markApplied records, in tx, that the request whose Idempotency-Key ctx
 // carries (if any) has applied its write, and fails with
 // ErrIdempotencyClaimLost if the request no longer holds the key: every

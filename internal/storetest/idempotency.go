@@ -232,6 +232,35 @@ func testIdempotencyApplied(t *testing.T, s coinpulse.Store) {
 	if released, err := s.ReleaseIdempotencyKey(ctx, k); err != nil || released {
 		t.Fatalf("release of an applied key: %v, %v; want false", released, err)
 	}
+	// Ending the lease: only by the claim's holder.
+	stranger := *k
+	stranger.Claim = "a9"
+	if err := s.EndIdempotencyLease(ctx, &stranger, t0); err != nil {
+		t.Fatal(err)
+	}
+	early := idemKey(u, coinpulse.ModeLive, "applied", "a3")
+	early.CreatedAt = t0.Add(time.Second)
+	if held, _, _ = s.ClaimIdempotencyKey(ctx, early, nb); held == nil || !held.LeaseUntil.Equal(us(k.LeaseUntil)) {
+		t.Fatalf("after another claim ended the lease: %+v; want the lease unchanged", held)
+	}
+	if err := s.EndIdempotencyLease(ctx, k, t0); err != nil {
+		t.Fatal(err)
+	}
+	if held, _, _ = s.ClaimIdempotencyKey(ctx, early, nb); held == nil || held.Status != coinpulse.IdempotencyApplied || !held.LeaseUntil.Equal(us(t0)) {
+		t.Fatalf("after its lease ended: %+v; want applied, lease until t0", held)
+	}
+	// A key in progress with nothing applied whose lease ended is claimed
+	// anew.
+	idle := idemKey(u, coinpulse.ModeLive, "idle", "i1")
+	if _, ok, err := s.ClaimIdempotencyKey(ctx, idle, nb); err != nil || !ok {
+		t.Fatalf("claim idle: %v, %v", ok, err)
+	}
+	if err := s.EndIdempotencyLease(ctx, idle, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.ClaimIdempotencyKey(ctx, idemKey(u, coinpulse.ModeLive, "idle", "i2"), nb); err != nil || !ok {
+		t.Fatalf("claim of a key whose lease ended with nothing applied: %v, %v; want it claimed", ok, err)
+	}
 	k.Status, k.Body = 422, []byte(`{"success":false}`)
 	if err := s.FinishIdempotencyKey(ctx, k); err != nil {
 		t.Fatal(err)
