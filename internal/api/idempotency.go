@@ -96,13 +96,16 @@ func (s *Server) claimIdempotencyKey(e *exchange, r *http.Request) (claim *coinp
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), settleTimeout)
 	defer cancel()
 	held, claimed, err := s.store.ClaimIdempotencyKey(ctx, k, now.Add(-IdempotencyKeep))
+	outcome := s.metrics.idempotency.WithLabelValues
 	switch {
 	case err != nil:
 		return nil, false, err
 	case claimed:
+		outcome("claimed").Inc()
 		e.capturing = true
 		return k, false, nil
 	case held.Digest != k.Digest:
+		outcome("mismatch").Inc()
 		what := "another request"
 		if held.Request == k.Request {
 			what = "another body or query"
@@ -111,16 +114,19 @@ func (s *Server) claimIdempotencyKey(e *exchange, r *http.Request) (claim *coinp
 			"was used at %s with %s (%s, request %s); a key stands for one request, so send a new request with a new key",
 			held.CreatedAt.Format(time.RFC3339), what, held.Request, held.RequestID))
 	case held.Status <= 0 && now.Before(held.LeaseUntil):
+		outcome("in_progress").Inc()
 		e.Header().Set("Retry-After", "1")
 		return nil, false, coinpulse.Errorf(coinpulse.CodeConflict,
 			"The request first sent with this Idempotency-Key (request %s) is still being answered; send it again in a second.", held.RequestID)
 	case held.Status <= 0:
+		outcome("applied_unanswered").Inc()
 		// Applied (a key in progress with nothing applied is claimed anew
 		// once its lease has passed), its answer lost.
 		return nil, false, coinpulse.Errorf(coinpulse.CodeConflict,
 			"The request first sent with this Idempotency-Key (request %s, at %s) was applied, but its server stopped before it answered, so there is no answer to give again: look up its result (it is not applied twice).",
 			held.RequestID, held.CreatedAt.Format(time.RFC3339))
 	}
+	outcome("replayed").Inc()
 	replay(e, held)
 	return nil, true, nil
 }

@@ -227,6 +227,15 @@ func TestIdempotencyKeyConcurrent(t *testing.T) {
 	if res.Status != http.StatusCreated || res.Header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("after the race: %d %s; want the replay", res.Status, res.Raw)
 	}
+	wantError(t, sendKeyed(t, srv, "POST", target, key, `{}`, "Idempotency-Key", "race"), http.StatusUnprocessableEntity, coinpulse.CodeValidation)
+	// The outcomes are counted.
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, outcome := range []string{"claimed", "replayed", "mismatch"} {
+		if !strings.Contains(rec.Body.String(), `coinpulse_idempotency_keys_total{outcome="`+outcome+`"}`) {
+			t.Errorf("/metrics has no coinpulse_idempotency_keys_total for %s", outcome)
+		}
+	}
 }
 
 // A key whose request was cut off (its node crashed) before it applied

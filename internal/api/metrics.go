@@ -20,6 +20,9 @@ type metrics struct {
 	// simulations are X-Sandbox-Simulate answers, kept out of requests
 	// and latency so that a subscriber testing its retries pages no one.
 	simulations *prometheus.CounterVec
+	// idempotency counts the requests sent with an Idempotency-Key, by
+	// what became of the key.
+	idempotency *prometheus.CounterVec
 	handler     http.Handler
 }
 
@@ -38,7 +41,11 @@ func newMetrics() *metrics {
 		Name: "coinpulse_sandbox_simulations_total",
 		Help: "Sandbox calls answered with a failure they asked for (X-Sandbox-Simulate), by route pattern and failure; not in coinpulse_http_requests_total.",
 	}, []string{"route", "simulation"})
-	m.reg.MustRegister(m.requests, m.latency, m.simulations, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.idempotency = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "coinpulse_idempotency_keys_total",
+		Help: "POSTs and PATCHes sent with an Idempotency-Key, by outcome: claimed (the request ran), replayed (the stored answer was sent again), in_progress and applied_unanswered (409), mismatch (422: the key was used with another request).",
+	}, []string{"outcome"})
+	m.reg.MustRegister(m.requests, m.latency, m.simulations, m.idempotency, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
 }
