@@ -488,3 +488,22 @@ func TestIdempotencyKeyLeasePassesWhileRunning(t *testing.T) {
 	}
 	wantReplay(t, sendKeyed(t, srv, "POST", target, key, buy, "Idempotency-Key", "slow"), again)
 }
+
+// A simulated failure (X-Sandbox-Simulate) is answered before the key is
+// claimed: the key stays free, and the request sent again without the
+// simulation runs.
+func TestIdempotencyKeySimulatedFailure(t *testing.T) {
+	t.Parallel()
+	srv := testServer(t)
+	u := newUser(t, coinpulse.TierPro, nil)
+	sandbox, _ := newKey(t, u, coinpulse.ModeTest, rw, nil)
+	body := `{"name":"Simulated"}`
+	res := sendKeyed(t, srv, "POST", "/api/v1/portfolio", sandbox, body, "Idempotency-Key", "sim", "X-Sandbox-Simulate", "server_error")
+	wantError(t, res, http.StatusInternalServerError, coinpulse.CodeServerError)
+	res = sendKeyed(t, srv, "POST", "/api/v1/portfolio", sandbox, body, "Idempotency-Key", "sim")
+	want[jsonPortfolio](t, res, http.StatusCreated)
+	if res.Header.Get("Idempotent-Replayed") != "" {
+		t.Errorf("the request after a simulated failure was a replay: %s", res.Raw)
+	}
+	wantReplay(t, sendKeyed(t, srv, "POST", "/api/v1/portfolio", sandbox, body, "Idempotency-Key", "sim"), res)
+}
