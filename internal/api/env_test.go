@@ -110,8 +110,16 @@ var rw = coinpulse.Permissions{Read: true, Write: true}
 // proKey returns a live read/write key of a pro account.
 func proKey(t *testing.T) string {
 	t.Helper()
-	key, _ := newKey(t, newUser(t, coinpulse.TierPro, nil), coinpulse.ModeLive, rw, nil)
+	_, key := proUser(t)
 	return key
+}
+
+// proUser returns a pro account and a live read/write key of it.
+func proUser(t *testing.T) (*coinpulse.User, string) {
+	t.Helper()
+	u := newUser(t, coinpulse.TierPro, nil)
+	key, _ := newKey(t, u, coinpulse.ModeLive, rw, nil)
+	return u, key
 }
 
 // response is a decoded envelope.

@@ -56,8 +56,7 @@ func wantReplay(t *testing.T, res, first *response) {
 func TestIdempotencyKeyReplays(t *testing.T) {
 	t.Parallel()
 	srv := testServer(t)
-	u := newUser(t, coinpulse.TierPro, nil)
-	key, _ := newKey(t, u, coinpulse.ModeLive, rw, nil)
+	u, key := proUser(t)
 	p := newPortfolio(t, srv, key, "Idempotent")
 	buy := `{"coin_id":"bitcoin","quantity":0.5,"buy_price":100}`
 	target := fmt.Sprintf("/api/v1/portfolio/%d/holdings", p.ID)
@@ -245,8 +244,7 @@ func TestIdempotencyKeyConcurrent(t *testing.T) {
 func TestIdempotencyKeyInterruptedAndExpired(t *testing.T) {
 	t.Parallel()
 	srv := testServer(t)
-	u := newUser(t, coinpulse.TierPro, nil)
-	key, _ := newKey(t, u, coinpulse.ModeLive, rw, nil)
+	u, key := proUser(t)
 	body := `{"name":"Cut off"}`
 	req := httptest.NewRequest("POST", "/v1/portfolio", nil)
 	request, digest := requestDigest(req, []byte(body))
@@ -321,8 +319,7 @@ func TestIdempotencyKeyInterruptedAndExpired(t *testing.T) {
 func TestIdempotencyKeyFencedOut(t *testing.T) {
 	t.Parallel()
 	srv := testServer(t)
-	u := newUser(t, coinpulse.TierPro, nil)
-	key, _ := newKey(t, u, coinpulse.ModeLive, rw, nil)
+	u, key := proUser(t)
 	body := `{"name":"Fenced"}`
 	request, digest := requestDigest(httptest.NewRequest("POST", "/api/v1/portfolio", nil), []byte(body))
 	old := time.Now().Add(-2 * idempotencyLease)
