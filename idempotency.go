@@ -36,6 +36,10 @@ type IdempotencyKey struct {
 	// body.
 	Status int
 	Body   []byte
+	// Busy is set by ClaimIdempotencyKey on a key whose request is
+	// writing under it at this moment: it is in progress, whatever its
+	// lease says.
+	Busy bool
 }
 
 // IdempotencyApplied is the Status of a key whose request's write is
@@ -59,6 +63,13 @@ func WithIdempotencyClaim(ctx context.Context, k *IdempotencyKey) context.Contex
 func IdempotencyClaim(ctx context.Context) *IdempotencyKey {
 	k, _ := ctx.Value(idempotencyClaimKey{}).(*IdempotencyKey)
 	return k
+}
+
+// RenewedLease is when the lease of k, renewed now, ends: as long after
+// now as k's lease ran after k was claimed. A store's write under k
+// renews it (see WithIdempotencyClaim).
+func RenewedLease(k *IdempotencyKey) time.Time {
+	return time.Now().Add(k.LeaseUntil.Sub(k.CreatedAt))
 }
 
 // ErrIdempotencyClaimLost is the refusal of a write whose request no

@@ -113,7 +113,7 @@ func (s *Server) claimIdempotencyKey(e *exchange, r *http.Request) (claim *coinp
 		return nil, false, coinpulse.ValidationError(idempotencyHeader, fmt.Sprintf(
 			"was used at %s with %s (%s, request %s); a key stands for one request, so send a new request with a new key",
 			held.CreatedAt.Format(time.RFC3339), what, held.Request, held.RequestID))
-	case held.Status <= 0 && now.Before(held.LeaseUntil):
+	case held.Status <= 0 && (held.Busy || now.Before(held.LeaseUntil)):
 		outcome("in_progress").Inc()
 		e.Header().Set("Retry-After", "1")
 		return nil, false, coinpulse.Errorf(coinpulse.CodeConflict,
@@ -123,7 +123,7 @@ func (s *Server) claimIdempotencyKey(e *exchange, r *http.Request) (claim *coinp
 		// Applied (a key in progress with nothing applied is claimed anew
 		// once its lease has passed), its answer lost.
 		return nil, false, coinpulse.Errorf(coinpulse.CodeConflict,
-			"The request first sent with this Idempotency-Key (request %s, at %s) was applied, but its server stopped before it answered, so there is no answer to give again: look up its result (it is not applied twice).",
+			"The request first sent with this Idempotency-Key (request %s, at %s) was applied, but its answer was not kept (its server stopped or failed before keeping it), so there is none to give again: look up its result. It is not applied twice.",
 			held.RequestID, held.CreatedAt.Format(time.RFC3339))
 	}
 	outcome("replayed").Inc()
@@ -186,23 +186,41 @@ func replay(e *exchange, k *coinpulse.IdempotencyKey) {
 func (s *Server) settleIdempotencyKey(e *exchange, r *http.Request, claim *coinpulse.IdempotencyKey) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), settleTimeout)
 	defer cancel()
-	var err error
-	if e.wrote && e.status >= 200 && e.status < 300 {
-		claim.Status, claim.Body = e.status, e.captured
-		err = s.store.FinishIdempotencyKey(ctx, claim)
-	} else {
+	ok := e.wrote && e.status >= 200 && e.status < 300
+	claim.Status, claim.Body = e.status, e.captured
+	e.capturing, e.captured = false, nil
+	settle := func() error {
+		if ok {
+			return s.store.FinishIdempotencyKey(ctx, claim)
+		}
 		// A failure that applied nothing frees the key. One that did (its
 		// write committed, then the commit's acknowledgement was lost, or
 		// the handler failed or panicked) has no answer worth giving
 		// again: its lease ends now, so that the key reads as applied and
 		// unanswered (a 409) rather than in progress.
-		var released bool
-		released, err = s.store.ReleaseIdempotencyKey(ctx, claim)
+		released, err := s.store.ReleaseIdempotencyKey(ctx, claim)
 		if err == nil && !released {
 			err = s.store.EndIdempotencyLease(ctx, claim, s.clock())
 		}
+		return err
 	}
-	e.capturing, e.captured = false, nil
+	// A database that dropped a connection is often back a moment later,
+	// and a key left unsettled is refused for a minute, or for a day.
+	err := settle()
+	for _, wait := range [...]time.Duration{100 * time.Millisecond, time.Second} {
+		if err == nil {
+			break
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+			err = settle()
+			continue
+		}
+		break
+	}
 	if err != nil {
 		// The key stays in progress: applied, a request sent again with
 		// it is refused; not applied, it is claimed anew after the lease.

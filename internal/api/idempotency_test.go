@@ -266,6 +266,11 @@ func TestIdempotencyKeyInterruptedAndExpired(t *testing.T) {
 			if err := shared.store.CreatePortfolio(coinpulse.WithIdempotencyClaim(ctx, rec), p, coinpulse.Unlimited); err != nil {
 				t.Fatal(err)
 			}
+			// The write renewed the lease from now; as if it had been
+			// made at created, and its node had stopped then.
+			if err := shared.store.EndIdempotencyLease(ctx, rec, rec.LeaseUntil); err != nil {
+				t.Fatal(err)
+			}
 		case status != 0:
 			rec.Status, rec.Body = status, []byte(`{"success":true,"data":{"stale":true},"meta":{"timestamp":"2026-01-01T00:00:00.000Z","request_id":"req_crashed"}}`)
 			if err := shared.store.FinishIdempotencyKey(ctx, rec); err != nil {
@@ -503,4 +508,39 @@ func TestIdempotencyKeySimulatedFailure(t *testing.T) {
 		t.Errorf("the request after a simulated failure was a replay: %s", res.Raw)
 	}
 	wantReplay(t, sendKeyed(t, srv, "POST", "/api/v1/portfolio", sandbox, body, "Idempotency-Key", "sim"), res)
+}
+
+// A client that hangs up while its keyed request runs does not cut the
+// request short: it runs to its end, and its answer is kept for the
+// request sent again.
+func TestIdempotencyKeyClientHangsUp(t *testing.T) {
+	t.Parallel()
+	testServer(t)
+	fs := &faultyStore{Store: shared.store, mode: "slow", gate: make(chan struct{}), entered: make(chan struct{})}
+	srv := New(Config{Store: fs, Market: shared.engine, Log: quiet})
+	key := proKey(t)
+	p := newPortfolio(t, srv, key, "Hang-up")
+	target := fmt.Sprintf("/api/v1/portfolio/%d/holdings", p.ID)
+	buy := `{"coin_id":"bitcoin","quantity":1,"buy_price":100}`
+
+	ctx, cancel := context.WithCancel(context.Background())
+	req := httptest.NewRequest("POST", target, strings.NewReader(buy)).WithContext(ctx)
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Idempotency-Key", "hang-up")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Handler().ServeHTTP(httptest.NewRecorder(), req)
+	}()
+	<-fs.entered
+	cancel() // the client hangs up
+	close(fs.gate)
+	<-done
+	res := sendKeyed(t, srv, "POST", target, key, buy, "Idempotency-Key", "hang-up")
+	if res.Status != http.StatusCreated || res.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("sent again after hanging up: %d %s (replayed %q); want the first answer, replayed", res.Status, res.Raw, res.Header.Get("Idempotent-Replayed"))
+	}
+	if n := countTransactions(t, srv, key, p.ID); n != 1 {
+		t.Errorf("%d transactions; want 1", n)
+	}
 }

@@ -190,8 +190,9 @@ func writeData(w http.ResponseWriter, status int, data any, meta *Meta) error {
 }
 
 // unreachable reports whether err comes from a connection that could not
-// be made or broke (refused, reset, cut mid-answer): the database down or
-// failing over, not a fault of the request or the code.
+// be made or broke (refused, reset, cut mid-answer), or a database locked
+// by another: the database down, failing over or busy, not a fault of the
+// request or the code.
 // PostgreSQL's refusals of that kind (pgx's PgError has SQLState) count
 // too: a server starting or shutting down (a failover), too many
 // connections, a connection exception.
@@ -205,6 +206,16 @@ func unreachable(err error) bool {
 	if errors.As(err, &pg) {
 		switch st := pg.SQLState(); {
 		case st == "57P01", st == "57P02", st == "57P03", st == "53300", strings.HasPrefix(st, "08"):
+			return true
+		}
+	}
+	// SQLite's SQLITE_BUSY and SQLITE_LOCKED (primary codes 5 and 6): the
+	// database file stayed locked by another connection or process past
+	// the busy timeout.
+	var lite interface{ Code() int }
+	if errors.As(err, &lite) {
+		switch lite.Code() & 0xff {
+		case 5, 6:
 			return true
 		}
 	}

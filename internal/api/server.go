@@ -886,7 +886,12 @@ func (s *Server) wrap(rt Route) http.Handler {
 		if err == nil && takesIdempotencyKey(rt) {
 			claim, replayed, err = s.claimIdempotencyKey(e, r)
 			if claim != nil {
-				r = r.WithContext(coinpulse.WithIdempotencyClaim(r.Context(), claim))
+				// A client that hangs up is who sends the key again: the
+				// request runs to its end (a lease at most), so that its
+				// answer is kept for the retry.
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), idempotencyLease)
+				defer cancel()
+				r = r.WithContext(coinpulse.WithIdempotencyClaim(ctx, claim))
 			}
 		}
 		if err == nil && !replayed {

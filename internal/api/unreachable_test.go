@@ -2,8 +2,10 @@ package api
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -38,6 +40,26 @@ func TestUnreachableDatabaseIs503(t *testing.T) {
 	if pgErr == nil {
 		t.Fatal("pgx connected to a closed port")
 	}
+	// SQLite's own error for a file another connection holds locked past
+	// the busy timeout (0 here).
+	lite, err := sql.Open("sqlite", filepath.Join(t.TempDir(), "busy.db")+"?_pragma=busy_timeout(0)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lite.Close()
+	holder, err := lite.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	if _, err := holder.ExecContext(t.Context(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.ExecContext(context.Background(), "ROLLBACK")
+	_, busyErr := lite.ExecContext(t.Context(), "CREATE TABLE t (x)")
+	if busyErr == nil {
+		t.Fatal("SQLite wrote past another connection's write lock")
+	}
 	for _, c := range []struct {
 		name string
 		err  error
@@ -46,6 +68,7 @@ func TestUnreachableDatabaseIs503(t *testing.T) {
 		{"connection refused", fmt.Errorf("postgres: key by hash: %w", pgErr), 503},
 		{"a failover", fmt.Errorf("postgres: key by hash: %w", &pgconn.PgError{Code: "57P03", Message: "the database system is starting up"}), 503},
 		{"too many connections", fmt.Errorf("postgres: key by hash: %w", &pgconn.PgError{Code: "53300"}), 503},
+		{"SQLite busy", fmt.Errorf("sqlite: key by hash: %w", busyErr), 503},
 		{"another failure", fmt.Errorf("postgres: key by hash: %w", pgx.ErrTxClosed), 500},
 		{"a query's own error", fmt.Errorf("postgres: key by hash: %w", &pgconn.PgError{Code: "42P01"}), 500},
 	} {

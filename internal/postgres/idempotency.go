@@ -7,57 +7,88 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"coinpulse"
 )
 
 // ClaimIdempotencyKey records k in progress unless a key holds its place:
 // then it returns that one. A key made before notBefore, or in progress
-// with nothing applied past its lease, is replaced; a request still
-// writing under it has its row locked, which the delete waits for (and
-// then finds applied). The insert waits
-// for a concurrent claim of the same key to commit or roll back, so two
-// claims never both win; a key released between the insert and the read
-// is claimed again.
+// with nothing applied past its lease, is claimed anew. The key's row is
+// locked (FOR UPDATE NOWAIT) to judge it: a row locked already belongs to
+// a request writing under the key at this moment (markApplied), and is
+// returned as it was last committed, marked Busy, without waiting for
+// that write. A key inserted by a concurrent claim is read again, so two
+// claims never both win.
 func (db *DB) ClaimIdempotencyKey(ctx context.Context, k *coinpulse.IdempotencyKey, notBefore time.Time) (*coinpulse.IdempotencyKey, bool, error) {
 	k.CreatedAt, k.LeaseUntil = truncate(k.CreatedAt), truncate(k.LeaseUntil)
-	for range 3 {
+	const columns = `request, digest, request_id, claim, created_at, lease_until, status, body`
+	read := func(row pgx.Row) (*coinpulse.IdempotencyKey, error) {
+		h := coinpulse.IdempotencyKey{UserID: k.UserID, Mode: k.Mode, Key: k.Key}
+		if err := row.Scan(&h.Request, &h.Digest, &h.RequestID, &h.Claim, &h.CreatedAt, &h.LeaseUntil, &h.Status, &h.Body); err != nil {
+			return nil, err
+		}
+		h.CreatedAt, h.LeaseUntil = h.CreatedAt.UTC(), h.LeaseUntil.UTC()
+		return &h, nil
+	}
+	for range 5 {
 		var held *coinpulse.IdempotencyKey
+		claimed, busy := false, false
 		err := db.Transact(ctx, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `
-				DELETE FROM idempotency_keys WHERE user_id = $1 AND mode = $2 AND key = $3
-				AND (created_at < $4 OR status = 0 AND lease_until <= $5)`,
-				k.UserID, string(k.Mode), k.Key, notBefore, k.CreatedAt); err != nil {
+			h, err := read(tx.QueryRow(ctx, `SELECT `+columns+` FROM idempotency_keys
+				WHERE user_id = $1 AND mode = $2 AND key = $3 FOR UPDATE NOWAIT`, k.UserID, string(k.Mode), k.Key))
+			switch {
+			case isLockNotAvailable(err):
+				busy = true
+				return err // rolls back; the row is read below, unlocked
+			case errors.Is(err, pgx.ErrNoRows):
+				tag, err := tx.Exec(ctx, `
+					INSERT INTO idempotency_keys (user_id, mode, key, request, digest, request_id, claim, created_at, lease_until)
+					VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING`,
+					k.UserID, string(k.Mode), k.Key, k.Request, k.Digest, k.RequestID, k.Claim, k.CreatedAt, k.LeaseUntil)
+				claimed = err == nil && tag.RowsAffected() == 1
+				return err // not claimed: a concurrent claim inserted it; read it again
+			case err != nil:
+				return err
+			case h.CreatedAt.Before(notBefore) || h.Status == 0 && !h.LeaseUntil.After(k.CreatedAt):
+				_, err := tx.Exec(ctx, `
+					UPDATE idempotency_keys SET request = $4, digest = $5, request_id = $6, claim = $7, created_at = $8,
+						lease_until = $9, status = 0, body = NULL
+					WHERE user_id = $1 AND mode = $2 AND key = $3`,
+					k.UserID, string(k.Mode), k.Key, k.Request, k.Digest, k.RequestID, k.Claim, k.CreatedAt, k.LeaseUntil)
+				claimed = err == nil
 				return err
 			}
-			tag, err := tx.Exec(ctx, `
-				INSERT INTO idempotency_keys (user_id, mode, key, request, digest, request_id, claim, created_at, lease_until)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING`,
-				k.UserID, string(k.Mode), k.Key, k.Request, k.Digest, k.RequestID, k.Claim, k.CreatedAt, k.LeaseUntil)
-			if err != nil || tag.RowsAffected() == 1 {
-				return err
-			}
-			h := coinpulse.IdempotencyKey{UserID: k.UserID, Mode: k.Mode, Key: k.Key}
-			err = tx.QueryRow(ctx, `
-				SELECT request, digest, request_id, claim, created_at, lease_until, status, body
-				FROM idempotency_keys WHERE user_id = $1 AND mode = $2 AND key = $3`,
-				k.UserID, string(k.Mode), k.Key).Scan(&h.Request, &h.Digest, &h.RequestID, &h.Claim, &h.CreatedAt, &h.LeaseUntil, &h.Status, &h.Body)
-			if err != nil {
-				return err
-			}
-			h.CreatedAt, h.LeaseUntil = h.CreatedAt.UTC(), h.LeaseUntil.UTC()
-			held = &h
+			held = h
 			return nil
 		})
-		if errors.Is(err, pgx.ErrNoRows) {
-			continue // released since the insert: claim it again
+		if busy {
+			held, err = read(db.pool.QueryRow(ctx, `SELECT `+columns+` FROM idempotency_keys
+				WHERE user_id = $1 AND mode = $2 AND key = $3`, k.UserID, string(k.Mode), k.Key))
+			if errors.Is(err, pgx.ErrNoRows) {
+				continue // released since: claim it again
+			}
+			if held != nil {
+				held.Busy = true
+			}
 		}
-		if err != nil {
+		switch {
+		case err != nil:
 			return nil, false, fmt.Errorf("postgres: claim idempotency key: %w", err)
+		case claimed:
+			return nil, true, nil
+		case held != nil:
+			return held, false, nil
 		}
-		return held, held == nil, nil
 	}
-	return nil, false, errors.New("postgres: claim idempotency key: claimed and released by others three times over")
+	return nil, false, errors.New("postgres: claim idempotency key: claimed and released by others five times over")
+}
+
+// isLockNotAvailable reports whether err is PostgreSQL's refusal of a
+// NOWAIT lock that another transaction holds.
+func isLockNotAvailable(err error) bool {
+	var e *pgconn.PgError
+	return errors.As(err, &e) && e.Code == "55P03"
 }
 
 // FinishIdempotencyKey stores k's answer if k's claim still holds the key.
@@ -104,16 +135,18 @@ func (db *DB) EndIdempotencyLease(ctx context.Context, k *coinpulse.IdempotencyK
 // carries (if any) has applied its write, and fails with
 // ErrIdempotencyClaimLost if the request no longer holds the key: every
 // write a POST or PATCH makes calls it in its transaction, so that the
-// write and the mark commit together, or neither.
+// write and the mark commit together, or neither. The key's lease runs a
+// whole lease again from the write, so that the request has that long to
+// keep its answer before the key reads as applied and unanswered.
 func markApplied(ctx context.Context, tx pgx.Tx) error {
 	k := coinpulse.IdempotencyClaim(ctx)
 	if k == nil {
 		return nil
 	}
 	tag, err := tx.Exec(ctx, `
-		UPDATE idempotency_keys SET status = -1
+		UPDATE idempotency_keys SET status = -1, lease_until = greatest(lease_until, $5)
 		WHERE user_id = $1 AND mode = $2 AND key = $3 AND claim = $4 AND status IN (0, -1)`,
-		k.UserID, string(k.Mode), k.Key, k.Claim)
+		k.UserID, string(k.Mode), k.Key, k.Claim, truncate(coinpulse.RenewedLease(k)))
 	if err != nil {
 		return fmt.Errorf("postgres: mark idempotency key applied: %w", err)
 	}

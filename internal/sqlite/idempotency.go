@@ -102,16 +102,18 @@ func (db *DB) EndIdempotencyLease(ctx context.Context, k *coinpulse.IdempotencyK
 // carries (if any) has applied its write, and fails with
 // ErrIdempotencyClaimLost if the request no longer holds the key: every
 // write a POST or PATCH makes calls it in its transaction, so that the
-// write and the mark commit together, or neither.
+// write and the mark commit together, or neither. The key's lease runs a
+// whole lease again from the write, so that the request has that long to
+// keep its answer before the key reads as applied and unanswered.
 func markApplied(ctx context.Context, tx *sql.Tx) error {
 	k := coinpulse.IdempotencyClaim(ctx)
 	if k == nil {
 		return nil
 	}
 	res, err := tx.ExecContext(ctx, `
-		UPDATE idempotency_keys SET status = -1
+		UPDATE idempotency_keys SET status = -1, lease_until = max(lease_until, ?)
 		WHERE user_id = ? AND mode = ? AND key = ? AND claim = ? AND status IN (0, -1)`,
-		k.UserID, string(k.Mode), k.Key, k.Claim)
+		micros(coinpulse.RenewedLease(k)), k.UserID, string(k.Mode), k.Key, k.Claim)
 	if err != nil {
 		return fmt.Errorf("sqlite: mark idempotency key applied: %w", err)
 	}

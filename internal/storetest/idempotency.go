@@ -229,6 +229,11 @@ func testIdempotencyApplied(t *testing.T, s coinpulse.Store) {
 	if err != nil || ok || held.Status != coinpulse.IdempotencyApplied || held.Claim != "a1" {
 		t.Fatalf("claim past the lease of an applied key = %+v, %v, %v; want a1's, applied", held, ok, err)
 	}
+	// The write renewed the lease: a whole lease from the write.
+	renewed := held.LeaseUntil
+	if !renewed.After(time.Now().Add(30 * time.Second)) {
+		t.Errorf("lease after the write: until %v; want a minute from now", renewed)
+	}
 	if released, err := s.ReleaseIdempotencyKey(ctx, k); err != nil || released {
 		t.Fatalf("release of an applied key: %v, %v; want false", released, err)
 	}
@@ -240,7 +245,7 @@ func testIdempotencyApplied(t *testing.T, s coinpulse.Store) {
 	}
 	early := idemKey(u, coinpulse.ModeLive, "applied", "a3")
 	early.CreatedAt = t0.Add(time.Second)
-	if held, _, _ = s.ClaimIdempotencyKey(ctx, early, nb); held == nil || !held.LeaseUntil.Equal(us(k.LeaseUntil)) {
+	if held, _, _ = s.ClaimIdempotencyKey(ctx, early, nb); held == nil || !held.LeaseUntil.Equal(renewed) {
 		t.Fatalf("after another claim ended the lease: %+v; want the lease unchanged", held)
 	}
 	if err := s.EndIdempotencyLease(ctx, k, t0); err != nil {
