@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -190,16 +191,18 @@ func writeData(w http.ResponseWriter, status int, data any, meta *Meta) error {
 }
 
 // unreachable reports whether err comes from a connection that could not
-// be made or broke (refused, reset, cut mid-answer), or a database locked
-// by another: the database down, failing over or busy, not a fault of the
-// request or the code.
+// be made or broke (refused, reset, cut mid-answer), a database locked by
+// another, or a service that did not answer within the time the server
+// gives it (a context's deadline; writeError asks this only of a request
+// whose client is still there): the database down, failing over or busy,
+// not a fault of the request or the code.
 // PostgreSQL's refusals of that kind (pgx's PgError has SQLState) count
 // too: a server starting or shutting down (a failover), too many
 // connections, a connection exception.
 func unreachable(err error) bool {
 	var op *net.OpError
 	if errors.As(err, &op) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, io.ErrUnexpectedEOF) {
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
 	var pg interface{ SQLState() string }

@@ -887,11 +887,9 @@ func (s *Server) wrap(rt Route) http.Handler {
 			claim, replayed, err = s.claimIdempotencyKey(e, r)
 			if claim != nil {
 				// A client that hangs up is who sends the key again: the
-				// request runs to its end (a lease at most), so that its
-				// answer is kept for the retry.
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), idempotencyLease)
-				defer cancel()
-				r = r.WithContext(coinpulse.WithIdempotencyClaim(ctx, claim))
+				// request runs to its end, as it would had the client
+				// stayed, so that its answer is kept for the retry.
+				r = r.WithContext(coinpulse.WithIdempotencyClaim(context.WithoutCancel(r.Context()), claim))
 			}
 		}
 		if err == nil && !replayed {

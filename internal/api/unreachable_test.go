@@ -69,6 +69,7 @@ func TestUnreachableDatabaseIs503(t *testing.T) {
 		{"a failover", fmt.Errorf("postgres: key by hash: %w", &pgconn.PgError{Code: "57P03", Message: "the database system is starting up"}), 503},
 		{"too many connections", fmt.Errorf("postgres: key by hash: %w", &pgconn.PgError{Code: "53300"}), 503},
 		{"SQLite busy", fmt.Errorf("sqlite: key by hash: %w", busyErr), 503},
+		{"no answer in time", fmt.Errorf("sqlite: claim idempotency key: sqlite: begin: %w", context.DeadlineExceeded), 503},
 		{"another failure", fmt.Errorf("postgres: key by hash: %w", pgx.ErrTxClosed), 500},
 		{"a query's own error", fmt.Errorf("postgres: key by hash: %w", &pgconn.PgError{Code: "42P01"}), 500},
 	} {
