@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -306,3 +308,37 @@ func BenchmarkHeaderWrite(b *testing.B) {
 		})
 	}
 }
+
+// benchmarkBuy buys into one holding of a portfolio, with a new
+// Idempotency-Key each time when keyed: what a key adds to a write is a
+// claim and the answer kept, two more statements on SQLite.
+func benchmarkBuy(b *testing.B, keyed bool) {
+	t := &testing.T{}
+	srv := testServer(t)
+	h := srv.Handler()
+	key := proKey(t)
+	p := newPortfolio(t, srv, key, "bench")
+	target := fmt.Sprintf("/api/v1/portfolio/%d/holdings", p.ID)
+	buy := `{"coin_id":"bitcoin","quantity":"0.001","buy_price":"50000"}`
+	if res := sendKeyed(t, srv, "POST", target, key, buy, "Idempotency-Key", "bench-0"); res.Status != http.StatusCreated {
+		b.Fatalf("a buy: %d %s", res.Status, res.Raw)
+	}
+	w := &discard{h: http.Header{}}
+	n := 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		req := httptest.NewRequest("POST", target, strings.NewReader(buy))
+		req.Header.Set("Authorization", "Bearer "+key)
+		if keyed {
+			n++
+			req.Header.Set("Idempotency-Key", "bench-"+strconv.Itoa(n))
+		}
+		clear(w.h)
+		h.ServeHTTP(w, req)
+	}
+}
+
+func BenchmarkBuy(b *testing.B) { benchmarkBuy(b, false) }
+
+func BenchmarkBuyIdempotent(b *testing.B) { benchmarkBuy(b, true) }
