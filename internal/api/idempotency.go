@@ -43,9 +43,11 @@ const (
 	idempotencyHeader = "Idempotency-Key"
 	// IdempotencyKeep is how long a key, and the answer under it, is kept.
 	IdempotencyKeep = 24 * time.Hour
-	// idempotencyLease is how long a request may hold its key in progress
-	// before it counts as interrupted: well past the body's deadline,
-	// which is read before the key is claimed, and a handler's writes.
+	// idempotencyLease is how long a request holds its key in progress
+	// with nothing applied before a request sent again with the key may
+	// take it over (and how long, from its write, it has to keep its
+	// answer): well past what a handler's writes take; the body is read
+	// before the key is claimed.
 	idempotencyLease = time.Minute
 	// maxIdempotencyKey is the longest key, in bytes.
 	maxIdempotencyKey = 255
