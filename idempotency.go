@@ -46,6 +46,10 @@ type IdempotencyKey struct {
 // committed, its answer not yet stored.
 const IdempotencyApplied = -1
 
+// Answered reports whether k holds its request's answer (a Status of 0 or
+// IdempotencyApplied is a key still in progress).
+func (k *IdempotencyKey) Answered() bool { return k.Status > 0 }
+
 // idempotencyClaimKey carries an IdempotencyKey in a context.
 type idempotencyClaimKey struct{}
 
@@ -85,7 +89,9 @@ type IdempotencyStore interface {
 	// mode and key and returns nil, true, unless a key is there already:
 	// then it returns that one and false. A key made before notBefore, or
 	// one in progress (Status 0) whose LeaseUntil is not after
-	// k.CreatedAt, is replaced.
+	// k.CreatedAt, is replaced. A key whose request is writing under it
+	// at this moment may be returned at once, marked Busy, rather than
+	// waited for (with no RequestID when it is being claimed anew).
 	ClaimIdempotencyKey(ctx context.Context, k *IdempotencyKey, notBefore time.Time) (*IdempotencyKey, bool, error)
 	// FinishIdempotencyKey stores k's Status and Body, if the key is still
 	// in progress (Status 0 or IdempotencyApplied) under k's Claim;

@@ -93,7 +93,7 @@ func (s *Server) claimIdempotencyKey(e *exchange, r *http.Request) (claim *coinp
 	k := &coinpulse.IdempotencyKey{
 		UserID: e.principal.user.ID, Mode: e.principal.key.Mode, Key: key,
 		Request: request, Digest: digest,
-		RequestID: e.id, Claim: rand.Text(), CreatedAt: now, LeaseUntil: now.Add(idempotencyLease),
+		RequestID: e.id, Claim: rand.Text(), CreatedAt: now, LeaseUntil: now.Add(s.keyLease),
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), settleTimeout)
 	defer cancel()
@@ -101,6 +101,16 @@ func (s *Server) claimIdempotencyKey(e *exchange, r *http.Request) (claim *coinp
 	outcome := s.metrics.idempotency.WithLabelValues
 	switch {
 	case err != nil:
+		if coinpulse.ErrorCode(err) == coinpulse.CodeConflict {
+			e.Header().Set("Retry-After", "1")
+		} else {
+			// The claim may have been made, its acknowledgement lost: a
+			// claim that ran nothing is let go, so that the request sent
+			// again is not told it is still being answered.
+			release, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Second)
+			s.store.ReleaseIdempotencyKey(release, k)
+			cancel()
+		}
 		return nil, false, err
 	case claimed:
 		outcome("claimed").Inc()
@@ -115,12 +125,15 @@ func (s *Server) claimIdempotencyKey(e *exchange, r *http.Request) (claim *coinp
 		return nil, false, coinpulse.ValidationError(idempotencyHeader, fmt.Sprintf(
 			"was used at %s with %s (%s, request %s); a key stands for one request, so send a new request with a new key",
 			held.CreatedAt.Format(time.RFC3339), what, held.Request, held.RequestID))
-	case held.Status <= 0 && (held.Busy || now.Before(held.LeaseUntil)):
+	case !held.Answered() && (held.Busy || now.Before(held.LeaseUntil)):
 		outcome("in_progress").Inc()
 		e.Header().Set("Retry-After", "1")
-		return nil, false, coinpulse.Errorf(coinpulse.CodeConflict,
-			"The request first sent with this Idempotency-Key (request %s) is still being answered; send it again in a second.", held.RequestID)
-	case held.Status <= 0:
+		first := "The request first sent with this Idempotency-Key"
+		if held.RequestID != "" {
+			first += " (request " + held.RequestID + ")"
+		}
+		return nil, false, coinpulse.Errorf(coinpulse.CodeConflict, "%s is still being answered; send it again in a second.", first)
+	case !held.Answered():
 		outcome("applied_unanswered").Inc()
 		// Applied (a key in progress with nothing applied is claimed anew
 		// once its lease has passed), its answer lost.
@@ -208,21 +221,7 @@ func (s *Server) settleIdempotencyKey(e *exchange, r *http.Request, claim *coinp
 	}
 	// A database that dropped a connection is often back a moment later,
 	// and a key left unsettled is refused for a minute, or for a day.
-	err := settle()
-	for _, wait := range [...]time.Duration{100 * time.Millisecond, time.Second} {
-		if err == nil {
-			break
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
-			err = settle()
-			continue
-		}
-		break
-	}
+	err := retrying(ctx, []time.Duration{100 * time.Millisecond, time.Second}, settle)
 	if err != nil {
 		// The key stays in progress: applied, a request sent again with
 		// it is refused; not applied, it is claimed anew after the lease.
@@ -250,3 +249,29 @@ func (s *Server) sweepIdempotencyKeys(ctx context.Context) {
 		}
 	}
 }
+
+// retrying calls fn until it succeeds, once more after each of waits,
+// unless ctx ends first; it returns fn's last error.
+func retrying(ctx context.Context, waits []time.Duration, fn func() error) error {
+	err := fn()
+	for _, wait := range waits {
+		if err == nil {
+			return nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		err = fn()
+	}
+	return err
+}
+
+// errKeyedTooLong is the cause of a keyed request's end when it ran
+// longer than its lease: by then a request sent again with the key may
+// claim it, and the database has kept this one waiting far too long.
+var errKeyedTooLong = coinpulse.Errorf(coinpulse.CodeUnavailable,
+	"The request did not finish within a minute: the database kept it waiting. Send it again with the same Idempotency-Key, which gives its answer if it was applied, and applies it if it was not.")

@@ -399,7 +399,11 @@ func (f *faultyStore) Trade(ctx context.Context, o coinpulse.Owner, t coinpulse.
 	case "slow":
 		f.fired.Store(true)
 		close(f.entered)
-		<-f.gate
+		select {
+		case <-f.gate:
+		case <-ctx.Done(): // as a lock wait ends
+			return coinpulse.Holding{}, coinpulse.Transaction{}, fmt.Errorf("trade: lock portfolio: %w", ctx.Err())
+		}
 	case "panic-before":
 		f.fired.Store(true)
 		panic("boom before the commit")
@@ -543,4 +547,29 @@ func TestIdempotencyKeyClientHangsUp(t *testing.T) {
 	if n := countTransactions(t, srv, key, p.ID); n != 1 {
 		t.Errorf("%d transactions; want 1", n)
 	}
+}
+
+// A keyed request runs for a lease at most: one the database keeps
+// waiting longer is a 503 that applied nothing, and its key is free for
+// the request sent again.
+func TestIdempotencyKeyRunsALeaseAtMost(t *testing.T) {
+	t.Parallel()
+	testServer(t)
+	fs := &faultyStore{Store: shared.store, mode: "slow", gate: make(chan struct{}), entered: make(chan struct{})}
+	srv := New(Config{Store: fs, Market: shared.engine, Log: quiet})
+	srv.keyLease = 300 * time.Millisecond
+	key := proKey(t)
+	p := newPortfolio(t, srv, key, "Too long")
+	target := fmt.Sprintf("/api/v1/portfolio/%d/holdings", p.ID)
+	buy := `{"coin_id":"bitcoin","quantity":1,"buy_price":100}`
+	res := sendKeyed(t, srv, "POST", target, key, buy, "Idempotency-Key", "long")
+	wantError(t, res, http.StatusServiceUnavailable, coinpulse.CodeUnavailable)
+	if res.Header.Get("Retry-After") != "1" || !strings.Contains(res.Error.Message, "did not finish within a minute") {
+		t.Errorf("a keyed request past its lease: Retry-After %q, %s", res.Header.Get("Retry-After"), res.Error.Message)
+	}
+	want[jsonHolding](t, sendKeyed(t, srv, "POST", target, key, buy, "Idempotency-Key", "long"), http.StatusCreated)
+	if n := countTransactions(t, srv, key, p.ID); n != 1 {
+		t.Errorf("%d transactions; want 1", n)
+	}
+	close(fs.gate)
 }

@@ -123,9 +123,13 @@ type Server struct {
 
 	limiter       coinpulse.Limiter
 	sandboxLimits coinpulse.Limits
-	meterer       Meter
-	mux           *http.ServeMux
-	routes        []Route
+	// keyLease is how long a request holds its Idempotency-Key before a
+	// request sent again may take it over, and the longest a keyed
+	// request runs (idempotencyLease; tests shorten it).
+	keyLease time.Duration
+	meterer  Meter
+	mux      *http.ServeMux
+	routes   []Route
 	// literalAllow is the Allow of each literal path: for a method it does
 	// not serve, net/http's would also list a wildcard sibling's methods.
 	literalAllow map[string]string
@@ -289,7 +293,7 @@ func New(cfg Config) *Server {
 	s := &Server{
 		store: cfg.Store, market: cfg.Market, clock: cfg.Clock, log: cfg.Log,
 		maxBody: cfg.MaxBody, bodyTimeout: cfg.BodyTimeout, writeTimeout: cfg.WriteTimeout, mux: http.NewServeMux(),
-		limiter: cfg.Limiter, sandboxLimits: DefaultSandboxLimits, meterer: cfg.Meter,
+		limiter: cfg.Limiter, sandboxLimits: DefaultSandboxLimits, keyLease: idempotencyLease, meterer: cfg.Meter,
 		alertIndex: cfg.AlertIndex, deliveries: cfg.Deliveries, webhookAllowPrivate: cfg.WebhookAllowPrivate,
 		resolver: cfg.Resolver, dashboard: cfg.Dashboard, metricsToken: cfg.MetricsToken, stopping: make(chan struct{}),
 	}
@@ -887,13 +891,19 @@ func (s *Server) wrap(rt Route) http.Handler {
 			claim, replayed, err = s.claimIdempotencyKey(e, r)
 			if claim != nil {
 				// A client that hangs up is who sends the key again: the
-				// request runs to its end, as it would had the client
-				// stayed, so that its answer is kept for the retry.
-				r = r.WithContext(coinpulse.WithIdempotencyClaim(context.WithoutCancel(r.Context()), claim))
+				// request runs to its end, so that its answer is kept for
+				// the retry, but for a lease at most.
+				ctx, cancel := context.WithTimeoutCause(context.WithoutCancel(r.Context()), s.keyLease, errKeyedTooLong)
+				defer cancel()
+				r = r.WithContext(coinpulse.WithIdempotencyClaim(ctx, claim))
 			}
 		}
 		if err == nil && !replayed {
 			err = rt.Handler(e, r)
+			if err != nil && claim != nil && context.Cause(r.Context()) == errKeyedTooLong {
+				e.Header().Set("Retry-After", "1")
+				err = errKeyedTooLong
+			}
 		}
 		switch {
 		case err == nil:

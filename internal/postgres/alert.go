@@ -131,10 +131,7 @@ func (db *DB) CreateAlert(ctx context.Context, a *coinpulse.Alert, max int) erro
 	a.TriggeredAt, a.TriggeredPrice = nil, decimal.NullDecimal{}
 	a.EmailStatus, a.EmailError = coinpulse.EmailNone, ""
 	var id, seq int64
-	err := db.Transact(ctx, func(tx pgx.Tx) error {
-		if err := markApplied(ctx, tx); err != nil {
-			return err
-		}
+	err := db.writeTx(ctx, func(tx pgx.Tx) error {
 		if max >= 0 {
 			if err := lockUser(ctx, tx, a.Owner.UserID); err != nil {
 				return wrapf(err, "postgres: create alert: %w")
@@ -248,10 +245,7 @@ func (db *DB) ToggleAlert(ctx context.Context, o coinpulse.Owner, id int64, max 
 	}
 	now = truncate(now)
 	var a coinpulse.Alert
-	err := db.Transact(ctx, func(tx pgx.Tx) error {
-		if err := markApplied(ctx, tx); err != nil {
-			return err
-		}
+	err := db.writeTx(ctx, func(tx pgx.Tx) error {
 		if max >= 0 {
 			err := lockUser(ctx, tx, o.UserID)
 			if coinpulse.IsNotFound(err) {
@@ -608,10 +602,7 @@ func (db *DB) CreateWebhook(ctx context.Context, w *coinpulse.Webhook, max int) 
 		w.Events = []string{}
 	}
 	var id int64
-	err := db.Transact(ctx, func(tx pgx.Tx) error {
-		if err := markApplied(ctx, tx); err != nil {
-			return err
-		}
+	err := db.writeTx(ctx, func(tx pgx.Tx) error {
 		if max >= 0 {
 			if err := lockUser(ctx, tx, w.Owner.UserID); err != nil {
 				return wrapf(err, "postgres: create webhook: %w")
@@ -806,10 +797,7 @@ func (db *DB) EnqueueDelivery(ctx context.Context, d *coinpulse.Delivery) error 
 		from = `FROM webhooks WHERE id = $4 AND user_id = $2 AND mode = $3`
 	}
 	var id int64
-	err := db.Transact(ctx, func(tx pgx.Tx) error {
-		if err := markApplied(ctx, tx); err != nil { // a webhook's test event
-			return err
-		}
+	err := db.writeTx(ctx, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, `
 			INSERT INTO deliveries (kind, user_id, mode, alert_id, armed_seq, endpoint_id, event_id, event_type, payload,
 				status, next_attempt_at, created_at)

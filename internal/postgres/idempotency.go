@@ -70,6 +70,11 @@ func (db *DB) ClaimIdempotencyKey(ctx context.Context, k *coinpulse.IdempotencyK
 			}
 			if held != nil {
 				held.Busy = true
+				if held.CreatedAt.Before(notBefore) {
+					// Being claimed anew, for a request not known yet:
+					// what the row held is past, and says nothing of it.
+					*held = coinpulse.IdempotencyKey{UserID: k.UserID, Mode: k.Mode, Key: k.Key, Request: k.Request, Digest: k.Digest, Busy: true}
+				}
 			}
 		}
 		switch {
@@ -81,7 +86,7 @@ func (db *DB) ClaimIdempotencyKey(ctx context.Context, k *coinpulse.IdempotencyK
 			return held, false, nil
 		}
 	}
-	return nil, false, errors.New("postgres: claim idempotency key: claimed and released by others five times over")
+	return nil, false, coinpulse.Errorf(coinpulse.CodeConflict, "This Idempotency-Key is being claimed and released by other requests at this moment; send the request again in a second.")
 }
 
 // isLockNotAvailable reports whether err is PostgreSQL's refusal of a
@@ -131,13 +136,32 @@ func (db *DB) EndIdempotencyLease(ctx context.Context, k *coinpulse.IdempotencyK
 	return nil
 }
 
+// writeTx runs fn in a transaction, as Transact does, for each write a
+// POST or PATCH makes. Under an Idempotency-Key (the claim ctx carries),
+// the transaction marks the key applied first (markApplied), so that it
+// commits only while its request holds the key, and again last, which
+// renews the key's lease from the commit: the request then has a whole
+// lease to keep its answer, however long the write waited on locks.
+func (db *DB) writeTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	if coinpulse.IdempotencyClaim(ctx) == nil {
+		return db.Transact(ctx, fn)
+	}
+	return db.Transact(ctx, func(tx pgx.Tx) error {
+		if err := markApplied(ctx, tx); err != nil {
+			return err
+		}
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return markApplied(ctx, tx)
+	})
+}
+
 // markApplied records, in tx, that the request whose Idempotency-Key ctx
 // carries (if any) has applied its write, and fails with
-// ErrIdempotencyClaimLost if the request no longer holds the key: every
-// write a POST or PATCH makes calls it in its transaction, so that the
-// write and the mark commit together, or neither. The key's lease runs a
-// whole lease again from the write, so that the request has that long to
-// keep its answer before the key reads as applied and unanswered.
+// ErrIdempotencyClaimLost if the request no longer holds the key (see
+// writeTx), so that the write and the mark commit together, or neither.
+// The key's lease runs a whole lease again from now.
 func markApplied(ctx context.Context, tx pgx.Tx) error {
 	k := coinpulse.IdempotencyClaim(ctx)
 	if k == nil {

@@ -70,3 +70,44 @@ func TestClaimDoesNotWaitForTheKeysWrite(t *testing.T) {
 		t.Errorf("claim after the write = %+v, %v, %v; want c1's key, applied, not busy", held, ok, err)
 	}
 }
+
+// A key older than a day whose row is locked (being claimed anew by
+// another request) is in progress for a request not known yet: a claim
+// sees it Busy, without the day-old answer or request.
+func TestClaimBusyExpiredKey(t *testing.T) {
+	url, schema := newSchema(t)
+	db, err := openSchema(t, url, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := t.Context()
+	u := &coinpulse.User{Email: "busy-old@example.com"}
+	if err := db.CreateUser(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	old := &coinpulse.IdempotencyKey{UserID: u.ID, Mode: coinpulse.ModeLive, Key: "old", Request: "POST /api/v1/portfolio",
+		Digest: "old", RequestID: "req_old", Claim: "c0", CreatedAt: now.Add(-25 * time.Hour), LeaseUntil: now.Add(-25*time.Hour + time.Minute)}
+	if _, ok, err := db.ClaimIdempotencyKey(ctx, old, now.Add(-48*time.Hour)); err != nil || !ok {
+		t.Fatalf("claim: %v, %v", ok, err)
+	}
+	old.Status, old.Body = 201, []byte(`{"success":true}`)
+	if err := db.FinishIdempotencyKey(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM idempotency_keys WHERE key = 'old' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	k := &coinpulse.IdempotencyKey{UserID: u.ID, Mode: coinpulse.ModeLive, Key: "old", Request: "POST /api/v1/portfolio",
+		Digest: "new", RequestID: "req_new", Claim: "c1", CreatedAt: now, LeaseUntil: now.Add(time.Minute)}
+	held, ok, err := db.ClaimIdempotencyKey(ctx, k, now.Add(-24*time.Hour))
+	if err != nil || ok || held == nil || !held.Busy || held.Answered() || held.RequestID != "" || held.Digest != "new" {
+		t.Errorf("claim of a day-old key being claimed anew = %+v, %v, %v; want Busy, unanswered, no request id, this digest", held, ok, err)
+	}
+}

@@ -80,10 +80,7 @@ func (db *DB) CreatePortfolio(ctx context.Context, p *coinpulse.Portfolio, max i
 	p.RealizedPL = decimal.Zero
 	p.SyncedAt = nil
 	p.Holdings = []coinpulse.Holding{}
-	return db.Transact(ctx, func(tx pgx.Tx) error {
-		if err := markApplied(ctx, tx); err != nil {
-			return err
-		}
+	return db.writeTx(ctx, func(tx pgx.Tx) error {
 		q := `SELECT 1 FROM users WHERE id = $1`
 		if max >= 0 {
 			q += ` FOR NO KEY UPDATE`
@@ -271,10 +268,7 @@ func scanHolding(row pgx.Row) (coinpulse.Holding, error) {
 // RESOURCE_NOT_FOUND error.
 func (db *DB) UpdatePortfolio(ctx context.Context, o coinpulse.Owner, id int64, patch coinpulse.PortfolioPatch, now time.Time) (*coinpulse.Portfolio, error) {
 	var p *coinpulse.Portfolio
-	err := db.Transact(ctx, func(tx pgx.Tx) error {
-		if err := markApplied(ctx, tx); err != nil {
-			return err
-		}
+	err := db.writeTx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
 			UPDATE portfolios SET name = coalesce($1, name), description = coalesce($2, description), updated_at = $3, version = version + 1
 			WHERE id = $4 AND user_id = $5 AND mode = $6`,
@@ -328,10 +322,7 @@ func (db *DB) Trade(ctx context.Context, o coinpulse.Owner, t coinpulse.Trade, a
 		held coinpulse.Holding
 		rec  coinpulse.Transaction
 	)
-	err := db.Transact(ctx, func(tx pgx.Tx) error {
-		if err := markApplied(ctx, tx); err != nil {
-			return err
-		}
+	err := db.writeTx(ctx, func(tx pgx.Tx) error {
 		cur, err := lockHolding(ctx, tx, o, t)
 		if err != nil {
 			return err
@@ -589,10 +580,7 @@ func (db *DB) Transactions(ctx context.Context, o coinpulse.Owner, portfolioID i
 // ErrPortfolioChanged.
 func (db *DB) RecordValue(ctx context.Context, o coinpulse.Owner, portfolioID, version int64, v coinpulse.ValuePoint) error {
 	at := truncate(v.At)
-	return db.Transact(ctx, func(tx pgx.Tx) error {
-		if err := markApplied(ctx, tx); err != nil {
-			return err
-		}
+	return db.writeTx(ctx, func(tx pgx.Tx) error {
 		var now int64 // the version after this update, of the row as last committed
 		err := tx.QueryRow(ctx, `UPDATE portfolios SET synced_at = $1, version = version + 1 WHERE id = $2 AND user_id = $3 AND mode = $4 RETURNING version`,
 			at, portfolioID, o.UserID, o.Mode).Scan(&now)

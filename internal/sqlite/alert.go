@@ -132,10 +132,7 @@ func (db *DB) CreateAlert(ctx context.Context, a *coinpulse.Alert, max int) erro
 	a.TriggeredAt, a.TriggeredPrice = nil, decimal.NullDecimal{}
 	a.EmailStatus, a.EmailError = coinpulse.EmailNone, ""
 	var id, seq int64
-	err := db.Transact(ctx, func(tx *sql.Tx) error {
-		if err := markApplied(ctx, tx); err != nil {
-			return err
-		}
+	err := db.writeTx(ctx, func(tx *sql.Tx) error {
 		var one int
 		err := tx.QueryRowContext(ctx, `SELECT 1 FROM users WHERE id = ?`, a.Owner.UserID).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -242,10 +239,7 @@ func (db *DB) ToggleAlert(ctx context.Context, o coinpulse.Owner, id int64, max 
 	}
 	at := micros(truncate(now))
 	var a coinpulse.Alert
-	err := db.Transact(ctx, func(tx *sql.Tx) error {
-		if err := markApplied(ctx, tx); err != nil {
-			return err
-		}
+	err := db.writeTx(ctx, func(tx *sql.Tx) error {
 		var active bool
 		err := tx.QueryRowContext(ctx, `SELECT is_active FROM alerts WHERE id = ? AND user_id = ? AND mode = ?`,
 			id, o.UserID, o.Mode).Scan(&active)
@@ -560,10 +554,7 @@ func (db *DB) CreateWebhook(ctx context.Context, w *coinpulse.Webhook, max int) 
 		w.Events = []string{}
 	}
 	var id int64
-	err := db.Transact(ctx, func(tx *sql.Tx) error {
-		if err := markApplied(ctx, tx); err != nil {
-			return err
-		}
+	err := db.writeTx(ctx, func(tx *sql.Tx) error {
 		var one int
 		err := tx.QueryRowContext(ctx, `SELECT 1 FROM users WHERE id = ?`, w.Owner.UserID).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -760,10 +751,7 @@ func (db *DB) EnqueueDelivery(ctx context.Context, d *coinpulse.Delivery) error 
 		args = []any{d.EndpointID, d.Owner.UserID, d.Owner.Mode}
 	}
 	var id int64
-	err := db.Transact(ctx, func(tx *sql.Tx) error {
-		if err := markApplied(ctx, tx); err != nil { // a webhook's test event
-			return err
-		}
+	err := db.writeTx(ctx, func(tx *sql.Tx) error {
 		return tx.QueryRowContext(ctx, `
 			INSERT INTO deliveries (kind, user_id, mode, alert_id, armed_seq, endpoint_id, event_id, event_type, payload,
 				status, next_attempt_at, created_at)

@@ -77,10 +77,7 @@ func (db *DB) CreatePortfolio(ctx context.Context, p *coinpulse.Portfolio, max i
 	p.RealizedPL = decimal.Zero
 	p.SyncedAt = nil
 	p.Holdings = []coinpulse.Holding{}
-	return db.Transact(ctx, func(tx *sql.Tx) error {
-		if err := markApplied(ctx, tx); err != nil {
-			return err
-		}
+	return db.writeTx(ctx, func(tx *sql.Tx) error {
 		var one int
 		err := tx.QueryRowContext(ctx, `SELECT 1 FROM users WHERE id = ?`, p.Owner.UserID).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -265,10 +262,7 @@ func scanHolding(s scanner) (coinpulse.Holding, error) {
 // RESOURCE_NOT_FOUND error.
 func (db *DB) UpdatePortfolio(ctx context.Context, o coinpulse.Owner, id int64, patch coinpulse.PortfolioPatch, now time.Time) (*coinpulse.Portfolio, error) {
 	var p *coinpulse.Portfolio
-	err := db.Transact(ctx, func(tx *sql.Tx) error {
-		if err := markApplied(ctx, tx); err != nil {
-			return err
-		}
+	err := db.writeTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `
 			UPDATE portfolios SET name = coalesce(?, name), description = coalesce(?, description), updated_at = ?, version = version + 1
 			WHERE id = ? AND user_id = ? AND mode = ?`,
@@ -323,10 +317,7 @@ func (db *DB) Trade(ctx context.Context, o coinpulse.Owner, t coinpulse.Trade, a
 		held coinpulse.Holding
 		rec  coinpulse.Transaction
 	)
-	err := db.Transact(ctx, func(tx *sql.Tx) error {
-		if err := markApplied(ctx, tx); err != nil {
-			return err
-		}
+	err := db.writeTx(ctx, func(tx *sql.Tx) error {
 		cur, err := db.tradeHolding(ctx, tx, o, t)
 		if err != nil {
 			return err
@@ -577,10 +568,7 @@ func (db *DB) Transactions(ctx context.Context, o coinpulse.Owner, portfolioID i
 // ErrPortfolioChanged (writers take turns: a trade in progress ends first).
 func (db *DB) RecordValue(ctx context.Context, o coinpulse.Owner, portfolioID, version int64, v coinpulse.ValuePoint) error {
 	at := micros(truncate(v.At))
-	return db.Transact(ctx, func(tx *sql.Tx) error {
-		if err := markApplied(ctx, tx); err != nil {
-			return err
-		}
+	return db.writeTx(ctx, func(tx *sql.Tx) error {
 		var now int64 // the version after this update
 		err := tx.QueryRowContext(ctx, `UPDATE portfolios SET synced_at = ?, version = version + 1 WHERE id = ? AND user_id = ? AND mode = ? RETURNING version`,
 			at, portfolioID, o.UserID, o.Mode).Scan(&now)

@@ -345,3 +345,35 @@ func testIdempotencyFenced(t *testing.T, s coinpulse.Store) {
 		t.Errorf("the retry's write: %v", err)
 	}
 }
+
+// A write under a claim renews the key's lease from its commit, however
+// long it took: its request then has a whole lease to keep its answer.
+func testIdempotencyRenewedAtCommit(t *testing.T, s coinpulse.Store) {
+	ctx := t.Context()
+	u := newUser(t, s, "idem-renewed@example.com")
+	o := live(u)
+	p := newPortfolio(t, s, o, "renewed")
+	now := time.Now()
+	k := idemKey(u, coinpulse.ModeLive, "renewed", "r1")
+	k.CreatedAt, k.LeaseUntil = now, now.Add(300*time.Millisecond)
+	if _, ok, err := s.ClaimIdempotencyKey(ctx, k, now.Add(-time.Hour)); err != nil || !ok {
+		t.Fatalf("claim: %v, %v", ok, err)
+	}
+	slow := func(h coinpulse.Holding) (coinpulse.Holding, coinpulse.Transaction, error) {
+		time.Sleep(500 * time.Millisecond) // longer than the lease
+		return ledger.BuyFunc(lot("1", "1"))(h)
+	}
+	if _, _, err := s.Trade(coinpulse.WithIdempotencyClaim(ctx, k), o, coinTrade(p.ID, "bitcoin", now), slow); err != nil {
+		t.Fatalf("Trade under the claim: %v", err)
+	}
+	committed := time.Now()
+	late := idemKey(u, coinpulse.ModeLive, "renewed", "r2")
+	late.CreatedAt = committed
+	held, ok, err := s.ClaimIdempotencyKey(ctx, late, now.Add(-time.Hour))
+	if err != nil || ok || held.Status != coinpulse.IdempotencyApplied {
+		t.Fatalf("after the write = %+v, %v, %v; want r1's key, applied", held, ok, err)
+	}
+	if !held.LeaseUntil.After(committed.Add(100 * time.Millisecond)) {
+		t.Errorf("lease until %v, the write committed at %v: want about a lease (300 ms) after the commit", held.LeaseUntil, committed)
+	}
+}

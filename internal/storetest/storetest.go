@@ -120,6 +120,7 @@ func Run(t *testing.T, open func(t *testing.T) coinpulse.Store) {
 		{"Idempotency/Concurrent", testIdempotencyConcurrent},
 		{"Idempotency/Applied", testIdempotencyApplied},
 		{"Idempotency/Fenced", testIdempotencyFenced},
+		{"Idempotency/RenewedAtCommit", testIdempotencyRenewedAtCommit},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
