@@ -10,21 +10,29 @@ import (
 	"coinpulse"
 )
 
-// A claim of a key whose request is writing under it right now (its row
-// locked by the write's transaction) does not wait for that write: it
-// returns the key, Busy, at once.
-func TestClaimDoesNotWaitForTheKeysWrite(t *testing.T) {
+// userDB opens a store in a schema of its own, closed when t ends, with
+// one user.
+func userDB(t *testing.T, email string) (*DB, *coinpulse.User) {
+	t.Helper()
 	url, schema := newSchema(t)
 	db, err := openSchema(t, url, schema)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	ctx := t.Context()
-	u := &coinpulse.User{Email: "busy@example.com"}
-	if err := db.CreateUser(ctx, u); err != nil {
+	t.Cleanup(func() { db.Close() })
+	u := &coinpulse.User{Email: email}
+	if err := db.CreateUser(t.Context(), u); err != nil {
 		t.Fatal(err)
 	}
+	return db, u
+}
+
+// A claim of a key whose request is writing under it right now (its row
+// locked by the write's transaction) does not wait for that write: it
+// returns the key, Busy, at once.
+func TestClaimDoesNotWaitForTheKeysWrite(t *testing.T) {
+	db, u := userDB(t, "busy@example.com")
+	ctx := t.Context()
 	o := coinpulse.Owner{UserID: u.ID, Mode: coinpulse.ModeLive}
 	p := &coinpulse.Portfolio{Owner: o, Name: "busy"}
 	if err := db.CreatePortfolio(ctx, p, coinpulse.Unlimited); err != nil {
@@ -75,17 +83,8 @@ func TestClaimDoesNotWaitForTheKeysWrite(t *testing.T) {
 // another request) is in progress for a request not known yet: a claim
 // sees it Busy, without the day-old answer or request.
 func TestClaimBusyExpiredKey(t *testing.T) {
-	url, schema := newSchema(t)
-	db, err := openSchema(t, url, schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db, u := userDB(t, "busy-old@example.com")
 	ctx := t.Context()
-	u := &coinpulse.User{Email: "busy-old@example.com"}
-	if err := db.CreateUser(ctx, u); err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now()
 	old := &coinpulse.IdempotencyKey{UserID: u.ID, Mode: coinpulse.ModeLive, Key: "old", Request: "POST /api/v1/portfolio",
 		Digest: "old", RequestID: "req_old", Claim: "c0", CreatedAt: now.Add(-25 * time.Hour), LeaseUntil: now.Add(-25*time.Hour + time.Minute)}
