@@ -26,9 +26,10 @@ type IdempotencyKey struct {
 	// may finish or release the key.
 	Claim     string
 	CreatedAt time.Time
-	// LeaseUntil is, while Status is 0, until when the request is allowed
-	// to be in progress: past it, the request was interrupted (its node
-	// stopped) and may or may not have been applied.
+	// LeaseUntil is, while the key is in progress, until when its request
+	// holds it: past it, a key that applied nothing (Status 0) may be
+	// claimed anew, and one applied (IdempotencyApplied) reads as applied
+	// without an answer.
 	LeaseUntil time.Time
 	// Status is the answer's HTTP status; 0 while the request is in
 	// progress and has applied nothing, IdempotencyApplied once its write

@@ -391,6 +391,16 @@ type faultyStore struct {
 	gate, entered chan struct{}
 }
 
+// ClaimIdempotencyKey, in mode "claim-lost", makes the claim and then
+// loses its acknowledgement, once.
+func (f *faultyStore) ClaimIdempotencyKey(ctx context.Context, k *coinpulse.IdempotencyKey, notBefore time.Time) (*coinpulse.IdempotencyKey, bool, error) {
+	held, ok, err := f.Store.ClaimIdempotencyKey(ctx, k, notBefore)
+	if err == nil && f.mode == "claim-lost" && f.fired.CompareAndSwap(false, true) {
+		return nil, false, &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+	}
+	return held, ok, err
+}
+
 func (f *faultyStore) Trade(ctx context.Context, o coinpulse.Owner, t coinpulse.Trade, apply coinpulse.TradeFunc) (coinpulse.Holding, coinpulse.Transaction, error) {
 	if f.fired.Load() {
 		return f.Store.Trade(ctx, o, t, apply)
@@ -572,4 +582,22 @@ func TestIdempotencyKeyRunsALeaseAtMost(t *testing.T) {
 		t.Errorf("%d transactions; want 1", n)
 	}
 	close(fs.gate)
+}
+
+// A claim made but whose acknowledgement was lost (a 503) is let go: the
+// request sent again runs, rather than being told for a minute that it is
+// still being answered.
+func TestIdempotencyKeyClaimLost(t *testing.T) {
+	t.Parallel()
+	testServer(t)
+	srv := New(Config{Store: &faultyStore{Store: shared.store, mode: "claim-lost"}, Market: shared.engine, Log: quiet})
+	key := proKey(t)
+	p := newPortfolio(t, srv, key, "Claim lost")
+	target := fmt.Sprintf("/api/v1/portfolio/%d/holdings", p.ID)
+	buy := `{"coin_id":"bitcoin","quantity":1,"buy_price":100}`
+	wantError(t, sendKeyed(t, srv, "POST", target, key, buy, "Idempotency-Key", "lost"), http.StatusServiceUnavailable, coinpulse.CodeUnavailable)
+	want[jsonHolding](t, sendKeyed(t, srv, "POST", target, key, buy, "Idempotency-Key", "lost"), http.StatusCreated)
+	if n := countTransactions(t, srv, key, p.ID); n != 1 {
+		t.Errorf("%d transactions; want 1", n)
+	}
 }
