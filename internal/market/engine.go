@@ -168,7 +168,9 @@ func (e *Engine) Load(ctx context.Context) error {
 		for _, info := range missing {
 			e.coins[info.ID] = newCoinState(info)
 		}
-		if err := e.backfill(ctx, missing, now.Add(-HourlyWindow), time.Time{}, now); err != nil {
+		// An hour more than the window: History's first point is the one at
+		// or before now − 90 days.
+		if err := e.backfill(ctx, missing, now.Add(-HourlyWindow-time.Hour), time.Time{}, now); err != nil {
 			return err
 		}
 	}
@@ -484,7 +486,10 @@ func (e *Engine) Subscribe() <-chan *Snapshot {
 }
 
 // History returns a coin's points at interval over the last days days (0:
-// since its listing), oldest first, ending with the current price.
+// since its listing), oldest first, ending with the current price. The
+// first is the grid point at or before now − days, so that the points span
+// the whole range: a change over the range, interpolated as the snapshot's
+// are, can be read from them.
 func (e *Engine) History(ctx context.Context, s *Snapshot, coinID string, days int, interval coinpulse.Interval) ([]coinpulse.HistoryPoint, error) {
 	c, ok := s.byID[coinID]
 	if !ok {
@@ -492,7 +497,9 @@ func (e *Engine) History(ctx context.Context, s *Snapshot, coinID string, days i
 	}
 	from := c.HistoryStart
 	if days > 0 {
-		from = s.AsOf.Add(-time.Duration(days) * 24 * time.Hour)
+		// The grid is UTC's: Truncate counts from the zero time, a UTC
+		// midnight.
+		from = s.AsOf.Add(-time.Duration(days) * 24 * time.Hour).Truncate(interval.Step())
 	}
 	pts, err := e.cfg.Store.History(ctx, coinID, interval, from, s.AsOf)
 	if err != nil {

@@ -374,7 +374,7 @@ func TestEngineLoadBackfills(t *testing.T) {
 	if len(hourlyFrom) != 1000 || len(dailyFrom) != 1000 {
 		t.Errorf("backfill asked hourly history of %d coins and daily of %d, want 1000 each", len(hourlyFrom), len(dailyFrom))
 	}
-	if got, want := hourlyFrom["bitcoin"], start.Add(-HourlyWindow); !got.Equal(want) {
+	if got, want := hourlyFrom["bitcoin"], start.Add(-HourlyWindow-time.Hour); !got.Equal(want) {
 		t.Errorf("bitcoin hourly backfill from %v, want %v", got, want)
 	}
 
@@ -422,18 +422,22 @@ func TestEngineLoadBackfills(t *testing.T) {
 		interval coinpulse.Interval
 		want     int
 	}{
-		// 30 midnights from 2026-02-09 to 2026-03-10, then the current price
-		{30, coinpulse.Daily, 31},
-		// 24 hours from 13:00 yesterday to 12:00, then the current price
-		{1, coinpulse.Hourly, 25},
-		{7, coinpulse.Hourly, 7*24 + 1},
-		{90, coinpulse.Hourly, 90*24 + 1},
-		{365, coinpulse.Daily, 366},
+		// 31 midnights from 2026-02-08 (the one at or before now − 30
+		// days) to 2026-03-10, then the current price
+		{30, coinpulse.Daily, 32},
+		// 25 hours from 12:00 yesterday to 12:00, then the current price
+		{1, coinpulse.Hourly, 26},
+		{7, coinpulse.Hourly, 7*24 + 2},
+		{90, coinpulse.Hourly, 90*24 + 2},
+		{365, coinpulse.Daily, 367},
 	} {
 		pts := engineHistory(t, env.engine, "bitcoin", tt.days, tt.interval)
 		if len(pts) != tt.want {
 			t.Errorf("History(bitcoin, %d days, %s) = %d points, want %d", tt.days, tt.interval, len(pts), tt.want)
 			continue
+		}
+		if from := start.Add(-time.Duration(tt.days) * 24 * time.Hour); pts[0].Timestamp.After(from) || !pts[1].Timestamp.After(from) {
+			t.Errorf("History(bitcoin, %d days, %s) starts at %v, then %v; want the last point at or before %v first", tt.days, tt.interval, pts[0].Timestamp, pts[1].Timestamp, from)
 		}
 		last := pts[len(pts)-1]
 		if !last.Timestamp.Equal(start) || last.Price != price || last.MarketCap != btc.MarketCap {
@@ -494,11 +498,11 @@ func TestEngineWarmStart(t *testing.T) {
 
 	t.Run("gap filled once", func(t *testing.T) {
 		pts := engineHistory(t, second, "bitcoin", 1, coinpulse.Hourly)
-		if len(pts) != 25 {
-			t.Fatalf("History(bitcoin, 1 day, hourly) = %d points, want 25", len(pts))
+		if len(pts) != 26 {
+			t.Fatalf("History(bitcoin, 1 day, hourly) = %d points, want 26", len(pts))
 		}
-		// 16:00 yesterday .. 15:00 today, each once, then the current price.
-		want := append(hoursFrom(later.Truncate(time.Hour).Add(-23*time.Hour), 24), later)
+		// 15:00 yesterday .. 15:00 today, each once, then the current price.
+		want := append(hoursFrom(later.Truncate(time.Hour).Add(-24*time.Hour), 25), later)
 		if diff := cmp.Diff(want, timestamps(pts)); diff != "" {
 			t.Errorf("hourly timestamps (-want +got):\n%s", diff)
 		}
@@ -707,7 +711,7 @@ func TestEngineOtherSeedBackfillsAgain(t *testing.T) {
 	if len(hourly) != 1000 {
 		t.Errorf("seed 2 backfilled hourly history of %d coins, want all 1000", len(hourly))
 	}
-	if got, want := hourly["bitcoin"], later.Add(-HourlyWindow); !got.Equal(want) {
+	if got, want := hourly["bitcoin"], later.Add(-HourlyWindow-time.Hour); !got.Equal(want) {
 		t.Errorf("seed 2 bitcoin hourly backfill from %v, want a full backfill from %v", got, want)
 	}
 	// The store now holds seed 2's path, not seed 1's.
