@@ -218,6 +218,23 @@ func ErrHoldingNotFound(id int64) error {
 	return Errorf(CodeNotFound, "No holding %d.", id)
 }
 
+// ErrTradeBeforeLatest is the VALIDATION_ERROR of a trade dated at that
+// would have to apply before a trade of its holding dated later, at
+// latest: for a sell, any later trade (it sells what the holding held at
+// its date); for a buy, a later sell (whose realised profit left it out).
+// A holding's trades apply in the order they arrive, so refusing these
+// keeps its cost and each sell's profit those of its trades in date
+// order. Buys dated before later buys only are taken: the order of buys
+// does not change an average cost.
+func ErrTradeBeforeLatest(typ TxType, at, latest time.Time) error {
+	why := "before this holding's latest trade at " + latest.UTC().Format(time.RFC3339Nano) + ": a sell sells what the holding held at its date"
+	if typ == Buy {
+		why = "before this holding's sell at " + latest.UTC().Format(time.RFC3339Nano) + ", whose realised profit was computed without it"
+	}
+	return ValidationError("executed_at", "is "+at.UTC().Format(time.RFC3339Nano)+", "+why+
+		"; record a holding's trades in the order of their dates (or delete the holding and record them again, oldest first)")
+}
+
 // ErrPortfolioLimit is PORTFOLIO_LIMIT_REACHED: the owner holds max
 // portfolios or more (a plan may have been lowered since).
 func ErrPortfolioLimit(max int) error {

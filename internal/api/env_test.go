@@ -191,6 +191,16 @@ func wantError(t *testing.T, res *response, status int, code coinpulse.Code) {
 	}
 }
 
+// wantField checks a 422 VALIDATION_ERROR with one detail, on field,
+// whose message says part.
+func wantField(t *testing.T, res *response, field, part string) {
+	t.Helper()
+	wantError(t, res, http.StatusUnprocessableEntity, coinpulse.CodeValidation)
+	if len(res.Error.Details) != 1 || res.Error.Details[0].Field != field || !strings.Contains(res.Error.Details[0].Message, part) {
+		t.Errorf("details %+v, want one on %s saying %q", res.Error.Details, field, part)
+	}
+}
+
 // decode unmarshals a response's data.
 func decode[T any](t *testing.T, res *response) T {
 	t.Helper()

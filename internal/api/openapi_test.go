@@ -507,9 +507,12 @@ func portfoliosMatchSpec(t *testing.T, doc *openapi3.T, srv *Server) {
 		body: `{"quantity":"0.05","sell_price":150.5,"notes":"some profit"}`, status: http.StatusCreated})
 	call(specCall{method: "POST", route: "/portfolio/transactions", target: "/v1/portfolio/transactions", key: key,
 		body: fmt.Sprintf(`{"portfolio_id":%d,"coin_id":"bitcoin","type":"buy","quantity":0.2,"price":"100"}`, pid), status: http.StatusCreated})
+	// A sell dated before the holding's latest trade.
+	call(specCall{method: "POST", route: "/portfolio/transactions", target: "/v1/portfolio/transactions", key: key,
+		body: fmt.Sprintf(`{"portfolio_id":%d,"coin_id":"bitcoin","type":"sell","quantity":"0.25","price":50,"executed_at":"2024-12-31T23:59:59Z"}`, pid), status: http.StatusUnprocessableEntity, code: coinpulse.CodeValidation})
 	// Sold out: average_buy_price null, quantity and cost 0.
 	call(specCall{method: "POST", route: "/portfolio/transactions", target: "/v1/portfolio/transactions", key: key,
-		body: fmt.Sprintf(`{"portfolio_id":%d,"coin_id":"bitcoin","type":"sell","quantity":"0.250000000000000001","price":50,"executed_at":"2024-12-31T23:59:59Z"}`, pid), status: http.StatusCreated})
+		body: fmt.Sprintf(`{"portfolio_id":%d,"coin_id":"bitcoin","type":"sell","quantity":"0.250000000000000001","price":50}`, pid), status: http.StatusCreated})
 
 	call(specCall{method: "GET", route: "/portfolio", target: "/api/v1/portfolio", key: key, status: http.StatusOK})
 	call(specCall{method: "GET", route: "/portfolio/{id}", target: base, key: key, status: http.StatusOK})

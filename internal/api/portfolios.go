@@ -222,12 +222,27 @@ func (s *Server) deletePortfolio(w http.ResponseWriter, r *http.Request) error {
 // while market data is still loading the request is 503, as the market
 // endpoints are: a retry will do.
 func (s *Server) resolveCoin(b *body, field string) (*coinpulse.CoinDetail, *market.Snapshot) {
+	return s.resolveTraded(b, field, false)
+}
+
+// resolveTraded is resolveCoin for a trade. A sell (sell set) may name by
+// its id a coin the market does not list, or not yet (while market data
+// loads): that of a holding whose coin left the feed, which is sold
+// without a price as POST /holdings/{id}/sell does. The store then finds
+// no holding of a coin that never was, and says so.
+func (s *Server) resolveTraded(b *body, field string, sell bool) (*coinpulse.CoinDetail, *market.Snapshot) {
 	name, ok := b.text(field, true, 1, 100)
 	if !ok {
 		return nil, nil
 	}
+	held := func() *coinpulse.CoinDetail {
+		return &coinpulse.CoinDetail{MarketItem: coinpulse.MarketItem{ID: strings.ToLower(name)}}
+	}
 	snap := s.market.Current()
 	if snap == nil {
+		if sell {
+			return held(), nil
+		}
 		b.unavailable = errLoading
 		return nil, nil
 	}
@@ -236,6 +251,8 @@ func (s *Server) resolveCoin(b *body, field string) (*coinpulse.CoinDetail, *mar
 	}
 	d, ok := snap.Lookup(name)
 	switch {
+	case !ok && sell:
+		return held(), snap
 	case !ok:
 		b.fail(field, "unknown coin; use an id from /api/v1/markets or /api/v1/markets/search")
 		return nil, nil
@@ -326,8 +343,8 @@ func (s *Server) postTransaction(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	pid, _ := b.id("portfolio_id")
-	coin, snap := s.resolveCoin(b, "coin_id")
 	typ, _ := b.enum("type", string(coinpulse.Buy), string(coinpulse.Sell))
+	coin, snap := s.resolveTraded(b, "coin_id", coinpulse.TxType(typ) == coinpulse.Sell)
 	lot := s.lot(b, "price")
 	if err := b.err(); err != nil {
 		return err

@@ -124,7 +124,8 @@ func TestPortfolioLifecycle(t *testing.T) {
 	base := fmt.Sprintf("/api/v1/portfolio/%d", p.ID)
 
 	h := want[jsonHolding](t, send(t, srv, "POST", base+"/holdings", key, `{"coin_id":"bitcoin","quantity":0.1,"buy_price":100,"notes":"first"}`), http.StatusCreated)
-	h2 := want[jsonHolding](t, send(t, srv, "POST", base+"/holdings", key, `{"coin_id":"bitcoin","quantity":"0.2","buy_price":"100"}`), http.StatusCreated)
+	// A buy dated before later buys only is taken (RFC 3339 allows t and z).
+	h2 := want[jsonHolding](t, send(t, srv, "POST", base+"/holdings", key, `{"coin_id":"bitcoin","quantity":"0.2","buy_price":"100","executed_at":"2026-01-02t03:04:05z"}`), http.StatusCreated)
 	if h2.ID != h.ID || string(h2.Quantity) != "0.3" || string(h2.TotalCost) != "30" || h2.CoinSymbol != "btc" || h2.CoinName != "Bitcoin" {
 		t.Fatalf("after two buys: %+v, want holding %d with quantity 0.3, cost 30", h2, h.ID)
 	}
@@ -142,11 +143,15 @@ func TestPortfolioLifecycle(t *testing.T) {
 	}
 	numIs(t, "realized_profit_loss of the first sell", sell.Transaction.RealizedProfitLoss, "5")
 
+	// A sell dated before the holding's latest trade is refused: it would
+	// sell what the holding held then.
+	wantField(t, send(t, srv, "POST", "/v1/portfolio/transactions", key,
+		fmt.Sprintf(`{"portfolio_id":%d,"coin_id":"bitcoin","type":"sell","quantity":0.2,"price":50,"executed_at":"2026-01-02T03:04:06Z"}`, p.ID)), "executed_at", "before this holding's latest trade")
 	sell = want[jsonTrade](t, send(t, srv, "POST", "/v1/portfolio/transactions", key,
-		fmt.Sprintf(`{"portfolio_id":%d,"coin_id":"bitcoin","type":"sell","quantity":0.2,"price":50,"executed_at":"2026-01-02t03:04:05z"}`, p.ID)), http.StatusCreated) // RFC 3339 allows t and z
+		fmt.Sprintf(`{"portfolio_id":%d,"coin_id":"bitcoin","type":"sell","quantity":0.2,"price":50}`, p.ID)), http.StatusCreated)
 
 	numIs(t, "realized_profit_loss of the second sell", sell.Transaction.RealizedProfitLoss, "-10")
-	if string(sell.Holding.Quantity) != "0" || string(sell.Holding.TotalCost) != "0" || sell.Transaction.ExecutedAt != "2026-01-02T03:04:05Z" {
+	if string(sell.Holding.Quantity) != "0" || string(sell.Holding.TotalCost) != "0" || sell.Transaction.ExecutedAt <= "2026-01-02T03:04:05Z" {
 		t.Fatalf("sold out = %+v", sell)
 	}
 	numIs(t, "average_buy_price of an empty holding", sell.Holding.AverageBuyPrice, "null")
@@ -156,7 +161,7 @@ func TestPortfolioLifecycle(t *testing.T) {
 		t.Fatalf("portfolio after selling out = %+v", got)
 	}
 
-	// Newest first: the backdated sell sorts last.
+	// Newest first: the backdated buy sorts last.
 	txs := want[[]jsonTransaction](t, do(t, srv, "GET", base+"/transactions?per_page=2", key), http.StatusOK)
 	res := do(t, srv, "GET", base+"/transactions?per_page=2&page=2", key)
 	txs = append(txs, want[[]jsonTransaction](t, res, http.StatusOK)...)
@@ -164,8 +169,8 @@ func TestPortfolioLifecycle(t *testing.T) {
 	for _, tx := range txs {
 		types = append(types, tx.Type)
 	}
-	if strings.Join(types, ",") != "sell,buy,buy,sell" || res.Meta["total"] != 4.0 || res.Meta["total_pages"] != 2.0 {
-		t.Errorf("transactions newest first = %v (meta %v), want sell,buy,buy,sell of 4", types, res.Meta)
+	if strings.Join(types, ",") != "sell,sell,buy,buy" || res.Meta["total"] != 4.0 || res.Meta["total_pages"] != 2.0 || txs[3].ExecutedAt != "2026-01-02T03:04:05Z" {
+		t.Errorf("transactions newest first = %v (meta %v), want sell,sell,buy,buy of 4, the last at 2026-01-02T03:04:05Z", types, res.Meta)
 	}
 
 	synced := want[jsonPortfolio](t, send(t, srv, "POST", base+"/sync", key, ""), http.StatusOK)
@@ -276,9 +281,22 @@ func TestPortfolioUnpriced(t *testing.T) {
 		t.Errorf("a refused sync recorded %d points", len(h.Points))
 	}
 
+	// It is sold by its id through POST /portfolio/transactions too, as
+	// the sync's message advises; a coin never held nor listed is not, and
+	// is bought neither.
+	sold := want[jsonTrade](t, send(t, srv, "POST", "/api/v1/portfolio/transactions", key,
+		fmt.Sprintf(`{"portfolio_id":%d,"coin_id":"Left-The-Feed","type":"sell","quantity":1,"price":6}`, p.ID)), http.StatusCreated)
+	if sold.Holding.ID != gone.ID || string(sold.Holding.Quantity) != "1" || sold.Holding.CoinSymbol != "ltf" {
+		t.Errorf("sold by id: %+v, want holding %d with 1 left", sold.Holding, gone.ID)
+	}
+	wantField(t, send(t, srv, "POST", "/api/v1/portfolio/transactions", key,
+		fmt.Sprintf(`{"portfolio_id":%d,"coin_id":"never-listed","type":"sell","quantity":1,"price":6}`, p.ID)), "coin_id", "holds no never-listed")
+	wantField(t, send(t, srv, "POST", "/api/v1/portfolio/transactions", key,
+		fmt.Sprintf(`{"portfolio_id":%d,"coin_id":"left-the-feed","type":"buy","quantity":1,"price":6}`, p.ID)), "coin_id", "unknown coin")
+
 	// Sold out, the holding is worth 0 whatever its price: the totals are
 	// known again, and a sync records them.
-	want[jsonTrade](t, send(t, srv, "POST", fmt.Sprintf("/api/v1/holdings/%d/sell", gone.ID), key, `{"quantity":2,"sell_price":6}`), http.StatusCreated)
+	want[jsonTrade](t, send(t, srv, "POST", fmt.Sprintf("/api/v1/holdings/%d/sell", gone.ID), key, `{"quantity":1,"sell_price":6}`), http.StatusCreated)
 	got = want[jsonPortfolio](t, send(t, srv, "POST", base+"/sync", key, ""), http.StatusOK)
 	if got.TotalValue == nil || got.ProfitLoss == nil || got.ProfitLossPercentage == nil || got.SyncedAt == nil {
 		t.Errorf("after selling the unpriced holding: %+v, want known totals and a sync", got)

@@ -332,6 +332,17 @@ func (db *DB) Trade(ctx context.Context, o coinpulse.Owner, t coinpulse.Trade, a
 		if err != nil {
 			return err
 		}
+		if cur.ID != 0 && !txn.ExecutedAt.IsZero() { // a date the client gave: see ErrTradeBeforeLatest
+			var latest *time.Time
+			err := tx.QueryRow(ctx, `SELECT max(executed_at) FROM portfolio_transactions WHERE holding_id = $1 AND ($2 OR type = 'sell')`,
+				cur.ID, txn.Type == coinpulse.Sell).Scan(&latest)
+			if err != nil {
+				return fmt.Errorf("postgres: trade: read the holding's latest trade: %w", err)
+			}
+			if at := truncate(txn.ExecutedAt); latest != nil && at.Before(*latest) {
+				return coinpulse.ErrTradeBeforeLatest(txn.Type, at, *latest)
+			}
+		}
 		// What apply may not change.
 		h.ID, h.PortfolioID, h.CoinID = cur.ID, cur.PortfolioID, cur.CoinID
 		h.CreatedAt, h.UpdatedAt = cur.CreatedAt, now

@@ -327,6 +327,17 @@ func (db *DB) Trade(ctx context.Context, o coinpulse.Owner, t coinpulse.Trade, a
 		if err != nil {
 			return err
 		}
+		if cur.ID != 0 && !txn.ExecutedAt.IsZero() { // a date the client gave: see ErrTradeBeforeLatest
+			var latest sql.NullInt64
+			err := tx.QueryRowContext(ctx, `SELECT max(executed_at) FROM portfolio_transactions WHERE holding_id = ? AND (? OR type = 'sell')`,
+				cur.ID, txn.Type == coinpulse.Sell).Scan(&latest)
+			if err != nil {
+				return fmt.Errorf("sqlite: trade: read the holding's latest trade: %w", err)
+			}
+			if at := truncate(txn.ExecutedAt); latest.Valid && micros(at) < latest.Int64 {
+				return coinpulse.ErrTradeBeforeLatest(txn.Type, at, fromMicros(latest.Int64))
+			}
+		}
 		// What apply may not change.
 		h.ID, h.PortfolioID, h.CoinID = cur.ID, cur.PortfolioID, cur.CoinID
 		h.CreatedAt, h.UpdatedAt = cur.CreatedAt, now

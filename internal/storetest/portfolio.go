@@ -628,6 +628,66 @@ func testTradeFailure(t *testing.T, s coinpulse.Store) {
 	wantDec(t, "realised P/L", before.RealizedPL, "100")
 }
 
+// testTradeBeforeLatest: a sell dated before any later trade of its
+// holding, and a buy dated before a later sell, are refused, changing
+// nothing, since a holding's cost and each sell's realised profit are
+// those of its trades in date order. A buy dated before later buys only,
+// a trade at the same instant, one without a date, and one of another
+// holding are taken.
+func testTradeBeforeLatest(t *testing.T, s coinpulse.Store) {
+	ctx := t.Context()
+	o := live(newUser(t, s, "nina@example.com"))
+	p := newPortfolio(t, s, o, "Main")
+	dated := func(l ledger.Lot, at time.Time) ledger.Lot { l.ExecutedAt = at; return l }
+	d1, d2, d3 := t0.AddDate(0, 0, -40), t0.AddDate(0, 0, -30), t0.AddDate(0, 0, -20)
+	h, _ := trade(t, s, o, p.ID, "solana", t0, ledger.BuyFunc(dated(lot("1", "100"), d2)))
+	trade(t, s, o, p.ID, "solana", t0, ledger.BuyFunc(dated(lot("1", "200"), d1))) // before a buy only
+	_, sold := trade(t, s, o, p.ID, "solana", t0, ledger.SellFunc(dated(lot("1", "250"), d3)))
+	wantDec(t, "realised P/L of the sell", sold.RealizedPL.Decimal, "100") // 250 − 300/2
+	before := getPortfolio(t, s, o, p.ID)
+	beforeTx := transactions(t, s, o, p.ID)
+
+	for name, tr := range map[string]struct {
+		t     coinpulse.Trade
+		apply coinpulse.TradeFunc
+		typ   string
+	}{
+		"buy by coin":       {coinTrade(p.ID, "solana", t0), ledger.BuyFunc(dated(lot("1", "200"), d2)), "sell"},
+		"buy by holding id": {coinpulse.Trade{HoldingID: h.ID, Now: t0}, ledger.BuyFunc(dated(lot("1", "1"), d1)), "sell"},
+		"sell by coin":      {coinTrade(p.ID, "solana", t0), ledger.SellFunc(dated(lot("0.5", "250"), d2)), "latest trade"},
+		"sell by holding":   {coinpulse.Trade{HoldingID: h.ID, Now: t0}, ledger.SellFunc(dated(lot("0.5", "250"), d3.Add(-time.Microsecond))), "latest trade"},
+	} {
+		_, _, err := s.Trade(ctx, o, tr.t, tr.apply)
+		var e *coinpulse.Error
+		if !errors.As(err, &e) || e.Code != coinpulse.CodeValidation || len(e.Details) != 1 || e.Details[0].Field != "executed_at" ||
+			!strings.Contains(e.Details[0].Message, tr.typ+" at "+d3.UTC().Format("2006-01-02T15:04:05.000000Z")) {
+			t.Errorf("%s dated before the holding's %s: %v, want VALIDATION_ERROR on executed_at naming %v", name, tr.typ, err, d3)
+		}
+	}
+	if diff := cmp.Diff(before, getPortfolio(t, s, o, p.ID)); diff != "" {
+		t.Errorf("refused trades changed the portfolio (-before +after):\n%s", diff)
+	}
+	if diff := cmp.Diff(beforeTx, transactions(t, s, o, p.ID)); diff != "" {
+		t.Errorf("refused trades changed the transactions (-before +after):\n%s", diff)
+	}
+
+	// At the same instant, without a date (now), and another coin's
+	// holding dated earlier: taken.
+	trade(t, s, o, p.ID, "solana", t0, ledger.SellFunc(dated(lot("0.5", "250"), d3)))
+	trade(t, s, o, p.ID, "solana", t0, ledger.BuyFunc(lot("1", "300")))
+	trade(t, s, o, p.ID, "bitcoin", t0, ledger.BuyFunc(dated(lot("1", "10"), d1)))
+	wantDec(t, "realised P/L", getPortfolio(t, s, o, p.ID).RealizedPL, "150") // 100, then 0.5 × 250 − 150/2
+	if n := len(transactions(t, s, o, p.ID)); n != 6 {
+		t.Errorf("%d transactions, want 6", n)
+	}
+	// A holding deleted and bought again starts a new run of dates.
+	if err := s.DeleteHolding(ctx, o, h.ID); err != nil {
+		t.Fatal(err)
+	}
+	trade(t, s, o, p.ID, "solana", t0, ledger.BuyFunc(dated(lot("1", "1"), d1)))
+	trade(t, s, o, p.ID, "solana", t0, ledger.SellFunc(dated(lot("1", "1"), d2)))
+}
+
 func testTradeWrongHolding(t *testing.T, s coinpulse.Store) {
 	ctx := t.Context()
 	u := newUser(t, s, "mia@example.com")
@@ -705,12 +765,15 @@ func testTransactionsPaging(t *testing.T, s coinpulse.Store) {
 	other := newPortfolio(t, s, o, "Other")
 	trade(t, s, o, other.ID, "bitcoin", t0, ledger.BuyFunc(lot("1", "1")))
 
-	// Executed at: 0h, 2h, 1h, 1h, 3h, 1h (ties broken by id, newest first).
+	// Executed at: 0h, 2h, 1h, 1h, 3h, 1h (ties broken by id, newest
+	// first); each of another coin, since a holding's trades come in the
+	// order of their dates (Portfolios/TradeBeforeLatest).
 	var all []coinpulse.Transaction
+	coins := []string{"bitcoin", "ethereum", "solana", "cardano", "dogecoin", "tron"}
 	for i, h := range []int{0, 2, 1, 1, 3, 1} {
 		buy := lot(fmt.Sprint(i+1), "10")
 		buy.ExecutedAt = t0.Add(time.Duration(h) * time.Hour)
-		_, tx := trade(t, s, o, p.ID, "bitcoin", t0.Add(10*time.Hour), ledger.BuyFunc(buy))
+		_, tx := trade(t, s, o, p.ID, coins[i], t0.Add(10*time.Hour), ledger.BuyFunc(buy))
 		all = append(all, tx)
 	}
 	want := []coinpulse.Transaction{all[4], all[1], all[5], all[3], all[2], all[0]}

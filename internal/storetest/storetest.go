@@ -63,6 +63,7 @@ func Run(t *testing.T, open func(t *testing.T) coinpulse.Store) {
 		{"Portfolios/TradeSell", testTradeSell},
 		{"Portfolios/TradeFailureChangesNothing", testTradeFailure},
 		{"Portfolios/TradeWrongHolding", testTradeWrongHolding},
+		{"Portfolios/TradeBeforeLatest", testTradeBeforeLatest},
 		{"Portfolios/RealizedPLSurvivesDeleteHolding", testRealizedPL},
 		{"Portfolios/TransactionsNewestFirst", testTransactionsPaging},
 		{"Portfolios/ValueHistory", testValueHistory},
