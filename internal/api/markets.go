@@ -188,8 +188,11 @@ func (s *Server) searchMarkets(w http.ResponseWriter, r *http.Request) error {
 	}
 	text, ok := q.str("q")
 	text = strings.TrimSpace(text)
-	if !ok || len([]rune(text)) < 2 || len([]rune(text)) > 100 {
+	switch n := len([]rune(text)); {
+	case !ok:
 		return coinpulse.ValidationError("q", "is required: 2 to 100 characters after trimming spaces")
+	case n < 2 || n > 100:
+		return coinpulse.ValidationError("q", "must be 2 to 100 characters after trimming spaces; it has "+strconv.Itoa(n))
 	}
 	limit, err := q.int("limit", 20, 1, 100)
 	if err != nil {

@@ -150,15 +150,16 @@ func Build(id string, asOf time.Time, feed string, simulated bool, details []coi
 
 func global(coins []*coinpulse.CoinDetail, markets *int) coinpulse.GlobalStats {
 	g := coinpulse.GlobalStats{ActiveCryptocurrencies: len(coins), Markets: markets}
-	var before float64
-	known := true
+	// The change over 24 h is that of the coins whose change is known: a
+	// coin listed less than a day ago (no figure a day back) is left out of
+	// both sides, rather than making the whole figure unknown.
+	var before, after float64
 	for _, c := range coins {
 		g.TotalMarketCap += c.MarketCap
 		g.TotalVolume24h += c.TotalVolume
-		if c.MarketCapChange24h == nil {
-			known = false
-		} else {
+		if c.MarketCapChange24h != nil {
 			before += c.MarketCap - *c.MarketCapChange24h
+			after += c.MarketCap
 		}
 	}
 	share := func(id string) *float64 {
@@ -172,8 +173,8 @@ func global(coins []*coinpulse.CoinDetail, markets *int) coinpulse.GlobalStats {
 	}
 	g.BitcoinDominance = share("bitcoin")
 	g.EthereumDominance = share("ethereum")
-	if known && before > 0 {
-		v := (g.TotalMarketCap - before) / before * 100
+	if before > 0 {
+		v := (after - before) / before * 100
 		g.MarketCapChangePercentage24h = &v
 	}
 	return g

@@ -472,13 +472,21 @@ func TestGlobal(t *testing.T) {
 			wantChange: f64(100.0 / 600 * 100), // 700 now, 600 before
 		},
 		{
-			name: "one change unknown",
+			name: "one change unknown", // a coin listed less than a day ago: left out of both sides
 			coins: []coin{
-				{id: "bitcoin", symbol: "btc", name: "Bitcoin", mcap: 800, volume: 1, change: f64(60)},
+				{id: "bitcoin", symbol: "btc", name: "Bitcoin", mcap: 800, volume: 1, change: f64(60)}, // was 500
 				{id: "new", symbol: "n", name: "New", mcap: 200, volume: 1, change: nil},
 			},
 			wantCap: 1000, wVol: 2,
 			wantBTC:    f64(80),
+			wantChange: f64(60), // 800 now, 500 before
+		},
+		{
+			name: "no change known",
+			coins: []coin{
+				{id: "new", symbol: "n", name: "New", mcap: 200, volume: 1, change: nil},
+			},
+			wantCap: 200, wVol: 1,
 			wantChange: nil,
 		},
 		{
