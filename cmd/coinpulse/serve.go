@@ -122,8 +122,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, fmt.Errorf("--max-body %d: must be at least 1024", c.maxBody)
 	case c.wsMaxPerAccount < 0:
 		return c, fmt.Errorf("--ws-max-per-account %d: 0 (no cap) or more", c.wsMaxPerAccount)
-	case c.simCoins < sim.MinCoins || c.simCoins > 100_000:
-		return c, fmt.Errorf("--sim-coins %d: from %d to 100000", c.simCoins, sim.MinCoins)
+	case c.simCoins < sim.MinCoins || c.simCoins > sim.MaxCoins:
+		return c, fmt.Errorf("--sim-coins %d: from %d to %d", c.simCoins, sim.MinCoins, sim.MaxCoins)
 	case !(c.minMoverVolume >= 0) || math.IsInf(c.minMoverVolume, 1):
 		return c, fmt.Errorf("--min-mover-volume %v: a volume in USD, 0 or more", c.minMoverVolume)
 	case c.limits != "on" && c.limits != "off":

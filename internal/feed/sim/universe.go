@@ -21,8 +21,11 @@ import (
 var universeCSV string
 
 // MinCoins is the size of the default universe: the real coins topped up
-// with synthetic sim- coins.
-const MinCoins = 1000
+// with synthetic sim- coins. MaxCoins is the largest --sim-coins allows.
+const (
+	MinCoins = 1000
+	MaxCoins = 100_000
+)
 
 // coin is one simulated coin: its public info and the parameters of its
 // price path.
