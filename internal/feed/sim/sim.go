@@ -52,14 +52,8 @@ func New(seed int64, n int) (*Feed, error) {
 	if n < MinCoins {
 		n = MinCoins
 	}
-	smallest := math.Inf(1)
-	taken := map[string]bool{}
-	for _, c := range coins {
-		smallest = math.Min(smallest, c.ref*c.info.CirculatingSupply)
-		taken[c.info.ID] = true
-	}
 	if len(coins) < n {
-		coins = append(coins, synthetic(uint64(seed), n-len(coins), smallest, taken, Anchor)...)
+		coins = append(coins, synthetic(uint64(seed), n-len(coins), coins, Anchor)...)
 	}
 	f := &Feed{seed: uint64(seed), coins: coins, byID: make(map[string]*coin, len(coins)), cursor: map[string]*walker{}}
 	for _, c := range coins {

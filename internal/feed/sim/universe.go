@@ -113,9 +113,38 @@ var (
 	suffixes  = []string{"Coin", "Token", "Chain", "Network", "Protocol", "Finance", "Swap", "AI", "DAO", "Verse"}
 )
 
-// synthetic returns n made-up coins (ids sim-<name>), ranked below the
-// smallest real coin by construction, derived only from the seed.
-func synthetic(seed uint64, n int, smallestCap float64, taken map[string]bool, anchor time.Time) []*coin {
+// maxSymbolLen is the longest a synthetic symbol grows by taking more
+// letters of its name (see uniqueSymbol).
+const maxSymbolLen = 6
+
+// synthetic returns n made-up coins (ids sim-<name>) to follow the real
+// ones, derived only from the seed. At anchor their market caps fall off
+// with rank from below the smallest real coin's; from there every coin,
+// real or synthetic, walks on its own, so a synthetic coin may later
+// outrank real ones.
+//
+// A synthetic coin's symbol is shared with no other coin and is no real
+// coin's id (case-insensitive), so that it never stands in the way of a
+// real ticker or id (GET /coins/{idOrSymbol}, coin_id of a trade or an
+// alert), and its name is no other coin's. When the symbol drawn (the
+// first 3 or 4 letters of the name) or the name is taken, an alternative
+// is derived from it without a further draw (uniqueSymbol, uniqueName), in
+// coin order: the first coin to draw a symbol keeps it, and a larger
+// universe extends a smaller one.
+func synthetic(seed uint64, n int, realCoins []*coin, anchor time.Time) []*coin {
+	smallestCap := math.Inf(1)
+	all := len(realCoins) + n
+	ids := make(map[string]bool, all)
+	symbols := make(map[string]bool, all+len(realCoins)) // lower case: taken as a symbol, or a real coin's id
+	names := make(map[string]bool, all)                  // lower case
+	for _, c := range realCoins {
+		smallestCap = math.Min(smallestCap, c.ref*c.info.CirculatingSupply)
+		ids[c.info.ID] = true
+		symbols[strings.ToLower(c.info.ID)] = true
+		symbols[strings.ToLower(c.info.Symbol)] = true
+		names[strings.ToLower(c.info.Name)] = true
+	}
+	next := map[string]int{} // the next number to try after a symbol or name stem
 	coins := make([]*coin, 0, n)
 	for i := 0; len(coins) < n; i++ {
 		u := func(j int64) float64 { return uniform(mix(seed, uint64(i), streamParams, j)) }
@@ -126,17 +155,17 @@ func synthetic(seed uint64, n int, smallestCap float64, taken map[string]bool, a
 		}
 		base := word.String()
 		id := "sim-" + base
-		if taken[id] {
+		if ids[id] {
 			id = fmt.Sprintf("%s-%d", id, i)
 		}
-		taken[id] = true
+		ids[id] = true
 		symLen := 3 + int(u(5)*2)
-		sym := strings.ToLower(base)
-		if len(sym) > symLen {
-			sym = sym[:symLen]
-		}
-		name := strings.ToUpper(base[:1]) + base[1:] + " " + suffixes[int(u(6)*float64(len(suffixes)))]
-		// Market caps fall off with rank, below the smallest real coin.
+		sym := uniqueSymbol(strings.ToLower(base), symLen, symbols, next)
+		symbols[sym] = true
+		name := uniqueName(strings.ToUpper(base[:1])+base[1:], int(u(6)*float64(len(suffixes))), names, next)
+		names[strings.ToLower(name)] = true
+		// Market caps at anchor fall off with rank, below the smallest real
+		// coin's.
 		rank := float64(len(coins) + 1)
 		mcap := smallestCap * 0.95 * math.Pow(rank, -0.9) * (0.9 + 0.1*u(7))
 		price := math.Exp(math.Log(0.0001) + u(8)*(math.Log(500)-math.Log(0.0001)))
@@ -163,4 +192,47 @@ func synthetic(seed uint64, n int, smallestCap float64, taken map[string]bool, a
 		coins = append(coins, c)
 	}
 	return coins
+}
+
+// uniqueSymbol returns the first of these that is not taken: word's first
+// symLen letters (the symbol drawn), then its first symLen+1, … up to
+// maxSymbolLen letters, then the symbol drawn followed by 2, 3, …
+// (zec: zeco, zecor, zecorx, zec2). next remembers, per symbol drawn, the
+// number to try first: taken only grows, so no smaller one is free.
+func uniqueSymbol(word string, symLen int, taken map[string]bool, next map[string]int) string {
+	stem := word[:min(symLen, len(word))]
+	for l := len(stem); l <= min(len(word), maxSymbolLen); l++ {
+		if !taken[word[:l]] {
+			return word[:l]
+		}
+	}
+	return numbered(stem, "", taken, next)
+}
+
+// uniqueName returns the first of these that is not taken (lower case):
+// word with the suffix drawn, then with each other suffix in turn, then
+// with the suffix drawn followed by 2, 3, … ("Zomo Token", "Zomo Chain",
+// …, "Zomo Token 2").
+func uniqueName(word string, suffix int, taken map[string]bool, next map[string]int) string {
+	for k := range suffixes {
+		name := word + " " + suffixes[(suffix+k)%len(suffixes)]
+		if !taken[strings.ToLower(name)] {
+			return name
+		}
+	}
+	return numbered(word+" "+suffixes[suffix], " ", taken, next)
+}
+
+// numbered returns stem, sep and the first number from 2 (or from where
+// the last call for stem left off) that makes a string not taken (lower
+// case). Stems end in a letter, so no two stems make the same string.
+func numbered(stem, sep string, taken map[string]bool, next map[string]int) string {
+	key := sep + "\x00" + stem
+	k := max(next[key], 2)
+	for ; ; k++ {
+		if s := stem + sep + strconv.Itoa(k); !taken[strings.ToLower(s)] {
+			next[key] = k + 1
+			return s
+		}
+	}
 }

@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -94,5 +96,132 @@ func TestParseEmbeddedUniverse(t *testing.T) {
 		if c.info.MaxSupply != nil && c.info.TotalSupply != nil && *c.info.MaxSupply < *c.info.TotalSupply*0.999 {
 			t.Errorf("%s: max supply %v below total %v", c.info.ID, *c.info.MaxSupply, *c.info.TotalSupply)
 		}
+	}
+}
+
+// TestSyntheticSymbolsAndNames checks that a synthetic coin never stands in
+// the way of a real one (an audit: sim-zecorxa's symbol was zec, Zcash's,
+// and sim-nemula's was nem, NEM's id, so GET /coins/NEM was the fake coin):
+// its symbol is shared with no other coin and is no real coin's id, in any
+// case, and no two coins share a name. Only real coins share symbols
+// (ton, dydx), as they do in the market.
+func TestSyntheticSymbolsAndNames(t *testing.T) {
+	for _, n := range []int{0, 10_000, MaxCoins} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			if n > 10_000 && testing.Short() {
+				t.Skip("a universe of the largest size --sim-coins allows; -short")
+			}
+			f := newFeed(t, 1, n)
+			realIDs := map[string]string{}
+			bySymbol := map[string][]string{} // lower-case symbol → ids
+			byName := map[string][]string{}   // lower-case name → ids
+			for _, c := range f.coins {
+				if !strings.HasPrefix(c.info.ID, "sim-") {
+					realIDs[strings.ToLower(c.info.ID)] = c.info.ID
+				}
+				sym := strings.ToLower(c.info.Symbol)
+				bySymbol[sym] = append(bySymbol[sym], c.info.ID)
+				name := strings.ToLower(c.info.Name)
+				byName[name] = append(byName[name], c.info.ID)
+			}
+			bad := 0
+			for _, c := range f.coins {
+				if !strings.HasPrefix(c.info.ID, "sim-") {
+					continue
+				}
+				sym := strings.ToLower(c.info.Symbol)
+				if ids := bySymbol[sym]; len(ids) > 1 {
+					bad++
+					t.Errorf("%s: symbol %q is shared by %v", c.info.ID, c.info.Symbol, ids)
+				}
+				if id, ok := realIDs[sym]; ok {
+					bad++
+					t.Errorf("%s: symbol %q is the id of %s", c.info.ID, c.info.Symbol, id)
+				}
+				if c.info.Symbol != sym || !validSymbol(sym) {
+					bad++
+					t.Errorf("%s: symbol %q, want 3 to %d lower-case letters and maybe a number", c.info.ID, c.info.Symbol, maxSymbolLen)
+				}
+				if bad > 20 {
+					t.Fatal("too many errors")
+				}
+			}
+			for name, ids := range byName {
+				if len(ids) > 1 {
+					t.Errorf("name %q is shared by %v", name, ids)
+				}
+			}
+			if got, want := len(f.coins), max(n, MinCoins); got != want {
+				t.Errorf("%d coins, want %d", got, want)
+			}
+		})
+	}
+	// The coins the audit named: symbols derived from more of the name,
+	// the id, price path and the first holder of a symbol unchanged.
+	f := newFeed(t, 1, 0)
+	for id, want := range map[string]string{
+		"sim-zecorxa": "zeco",  // was zec, Zcash's
+		"sim-nemula":  "nemu",  // was nem, NEM's id
+		"sim-mone":    "mone",  // was mon, Monad's
+		"sim-zendo":   "zendo", // was zen, Horizen's; zend is an earlier coin's
+		"sim-corlazo": "cor",   // the first of 16 cor keeps it
+		"sim-cortuka": "cort",
+		"sim-zentu":   "zen2", // zen, zent and zentu are taken
+		"monad":       "mon",
+		"zencash":     "zen",
+	} {
+		c := f.byID[id]
+		if c == nil {
+			t.Errorf("no coin %s", id)
+			continue
+		}
+		if c.info.Symbol != want {
+			t.Errorf("%s: symbol %q, want %q", id, c.info.Symbol, want)
+		}
+	}
+}
+
+// validSymbol reports whether s is what uniqueSymbol makes: 3 to
+// maxSymbolLen lower-case letters, or 3 or 4 followed by a number from 2.
+func validSymbol(s string) bool {
+	letters := strings.TrimRight(s, "0123456789")
+	if letters == s {
+		return len(s) >= 3 && len(s) <= maxSymbolLen && strings.Trim(s, "abcdefghijklmnopqrstuvwxyz") == ""
+	}
+	num, err := strconv.Atoi(s[len(letters):])
+	return err == nil && num >= 2 && s[len(letters)] != '0' && len(letters) >= 3 && len(letters) <= 4 && strings.Trim(letters, "abcdefghijklmnopqrstuvwxyz") == ""
+}
+
+func TestUniqueSymbolAndName(t *testing.T) {
+	taken := map[string]bool{"zec": true}
+	next := map[string]int{}
+	var got []string
+	for range 6 {
+		s := uniqueSymbol("zecorxa", 3, taken, next)
+		taken[s] = true
+		got = append(got, s)
+	}
+	if want := []string{"zeco", "zecor", "zecorx", "zec2", "zec3", "zec4"}; !slices.Equal(got, want) {
+		t.Errorf("symbols for zecorxa with zec taken = %v, want %v", got, want)
+	}
+	taken["zeco5"] = true // another stem's number: no clash with zec's
+	if got, want := uniqueSymbol("zecorxa", 4, taken, next), "zeco2"; got != want {
+		t.Errorf("symbol for zecorxa, 4 letters drawn = %q, want %q", got, want)
+	}
+	taken["kazo"], taken["kazo2"] = true, true // another coin's number; skipped
+	if got, want := uniqueSymbol("kazo", 4, taken, next), "kazo3"; got != want {
+		t.Errorf("symbol for kazo with kazo, kazo2 taken = %q, want %q", got, want)
+	}
+
+	names := map[string]bool{"zomo token": true}
+	got = got[:0]
+	for range len(suffixes) + 1 {
+		s := uniqueName("Zomo", 1, names, next)
+		names[strings.ToLower(s)] = true
+		got = append(got, s)
+	}
+	want := []string{"Zomo Chain", "Zomo Network", "Zomo Protocol", "Zomo Finance", "Zomo Swap", "Zomo AI", "Zomo DAO", "Zomo Verse", "Zomo Coin", "Zomo Token 2", "Zomo Token 3"}
+	if !slices.Equal(got, want) {
+		t.Errorf("names for Zomo with Zomo Token taken = %v, want %v", got, want)
 	}
 }
