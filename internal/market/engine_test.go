@@ -53,6 +53,19 @@ type spyFeed struct {
 	*sim.Feed
 	mu    sync.Mutex
 	calls []historyCall
+	// symbols, when set, are the symbols Universe reports instead of the
+	// feed's, by coin id: a build of sim that named coins otherwise.
+	symbols map[string]string
+}
+
+func (s *spyFeed) Universe(ctx context.Context) ([]coinpulse.CoinInfo, error) {
+	u, err := s.Feed.Universe(ctx)
+	for i := range u {
+		if sym, ok := s.symbols[u[i].ID]; ok {
+			u[i].Symbol = sym
+		}
+	}
+	return u, err
 }
 
 func (s *spyFeed) History(ctx context.Context, info coinpulse.CoinInfo, interval coinpulse.Interval, from, to time.Time) ([]coinpulse.HistoryPoint, error) {
@@ -690,6 +703,41 @@ func TestEngineRetainsAtMostMaxRetained(t *testing.T) {
 		if got := env.engine.Snapshot(id) != nil; got != kept {
 			t.Errorf("snapshot %d of %d reachable %v, want %v", i+1, len(ids), got, kept)
 		}
+	}
+}
+
+// A coin's info is not saved with the state: a warm start takes it from
+// the feed. So a build of sim that changes symbols but no price path (an
+// audit: synthetic coins had real coins' tickers, sim-zecorxa zcash's zec)
+// keeps the fingerprint and the history, and shows the new symbols at once.
+func TestEngineWarmStartTakesSymbolsFromTheFeed(t *testing.T) {
+	t.Parallel()
+	store := openStore(t, loadedStore(t))
+	// The build before: sim-zecorxa's symbol was zec.
+	old := newSpy(t, 1)
+	old.symbols = map[string]string{"sim-zecorxa": "zec"}
+	if got := lookup(t, loadEngine(t, old, store, &fakeClock{t: start}, 0).Current(), "zec"); len(got.Alternatives) != 1 || got.Alternatives[0].ID != "sim-zecorxa" {
+		t.Fatalf("before: zec = %s with alternatives %+v, want zcash with sim-zecorxa", got.ID, got.Alternatives)
+	}
+	if calls := old.take(); len(calls) != 0 {
+		t.Fatalf("the old build asked the feed for %d histories, want none", len(calls))
+	}
+
+	later := start.Add(3 * time.Hour)
+	feed := newSpy(t, 1)
+	e := loadEngine(t, feed, store, &fakeClock{t: later}, 0)
+	gapStart := start.Truncate(time.Hour).Add(time.Hour)
+	for _, c := range feed.take() {
+		if c.interval == coinpulse.Hourly && !c.from.Equal(gapStart) {
+			t.Fatalf("feed asked for hourly %s from %v, want only the gap from %v (no backfill)", c.id, c.from, gapStart)
+		}
+	}
+	s := e.Current()
+	if got := lookup(t, s, "zec"); got.ID != "zcash" || len(got.Alternatives) != 0 {
+		t.Errorf("after: zec = %s with alternatives %+v, want zcash alone", got.ID, got.Alternatives)
+	}
+	if got := lookup(t, s, "sim-zecorxa"); got.Symbol == "zec" || got.PriceChangePercentage1y == nil {
+		t.Errorf("after: sim-zecorxa symbol %q, 1 y change %v; want a new symbol and its history kept", got.Symbol, got.PriceChangePercentage1y)
 	}
 }
 
