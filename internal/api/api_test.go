@@ -505,6 +505,47 @@ func TestCoinDetail(t *testing.T) {
 	wantError(t, do(t, srv, "GET", "/api/v1/coins/"+strings.Repeat("x", 500), key), 404, coinpulse.CodeNotFound)
 }
 
+// A real coin's ticker or id finds the real coin, with no synthetic coin
+// beside it (an audit: /coins/zec listed sim-zecorxa as an alternative, an
+// alert on "zec" was a 422 naming it, and /coins/NEM was sim-nemula,
+// whose symbol was nem).
+func TestRealTickersFindRealCoins(t *testing.T) {
+	srv := testServer(t)
+	key := proKey(t)
+	for _, tc := range []struct{ path, id, by string }{
+		{"zec", "zcash", "symbol"},
+		{"ZEC", "zcash", "symbol"},
+		{"zen", "zencash", "symbol"},
+		{"mon", "monad", "symbol"},
+		{"nem", "nem", "id"},
+		{"NEM", "nem", "id"}, // no coin's symbol is nem: an id in another case
+	} {
+		d := decode[coinpulse.CoinDetail](t, do(t, srv, "GET", "/api/v1/coins/"+tc.path, key))
+		if d.ID != tc.id || d.ResolvedBy != tc.by || len(d.Alternatives) != 0 {
+			t.Errorf("/coins/%s = %s by %s, alternatives %v; want %s by %s alone", tc.path, d.ID, d.ResolvedBy, d.Alternatives, tc.id, tc.by)
+		}
+	}
+	// No synthetic coin has a real coin's symbol or id as its symbol.
+	snap := shared.engine.Current()
+	realNames := map[string]string{}
+	for _, c := range snap.Coins() {
+		if !strings.HasPrefix(c.ID, "sim-") {
+			realNames[c.Symbol], realNames[c.ID] = c.ID, c.ID
+		}
+	}
+	for _, c := range snap.Coins() {
+		if id, ok := realNames[c.Symbol]; ok && strings.HasPrefix(c.ID, "sim-") {
+			t.Errorf("%s has the symbol %s, a symbol or the id of %s", c.ID, c.Symbol, id)
+		}
+	}
+
+	env := newAlertEnv(t, alertEnvOptions{})
+	a := env.createAlert(env.newKey(coinpulse.TierPro), `{"coin_id":"zec","target_price":1000,"condition":"above"}`)
+	if a.CoinID != "zcash" || a.CoinSymbol != "zec" {
+		t.Errorf("alert on zec is on %s (%s), want zcash", a.CoinID, a.CoinSymbol)
+	}
+}
+
 func TestHistory(t *testing.T) {
 	srv := testServer(t)
 	key := proKey(t)
