@@ -266,7 +266,7 @@ func (s *Snapshot) Coin(id string) *coinpulse.CoinDetail { return s.byID[id] }
 // Lookup resolves, as the SPEC orders, an exact id, else a symbol
 // (case-insensitive, the highest market cap wins), else, as a last
 // resort, an id in another case ("Bitcoin"): so "NEM" is the coin whose
-// symbol is nem, not the coin whose id is nem. The result is a copy with
+// symbol is nem, if there is one, before the coin whose id is nem. The result is a copy with
 // ResolvedBy and Alternatives filled in; ok is false when nothing matches.
 func (s *Snapshot) Lookup(idOrSymbol string) (d coinpulse.CoinDetail, ok bool) {
 	lower := strings.ToLower(idOrSymbol)
