@@ -170,6 +170,17 @@ func TestUnroutedRequests(t *testing.T) {
 			t.Errorf("GET %s: %d, Location %q, Content-Type %q: %s", target, res.Status, res.Header.Get("Location"), res.Header.Get("Content-Type"), res.Raw)
 		}
 	}
+	// An escaped segment stays as it was sent: not escaped again.
+	for target, want := range map[string]string{
+		"/api/v1/./coins/bit%20coin?x=%41": "/api/v1/coins/bit%20coin?x=%41",
+		"/./%2Fevil.com":                   "/%2Fevil.com",
+		"//evil.com/":                      "/evil.com/",
+	} {
+		res := serve(t, srv, httptest.NewRequest("GET", target, nil))
+		if res.Status/100 != 3 || res.Header.Get("Location") != want {
+			t.Errorf("GET %s: %d, Location %q, want %q", target, res.Status, res.Header.Get("Location"), want)
+		}
+	}
 	req := httptest.NewRequest("OPTIONS", "/", nil)
 	req.URL.Path, req.RequestURI = "*", "*"
 	wantError(t, serve(t, srv, req), 404, coinpulse.CodeNotFound)

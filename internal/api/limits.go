@@ -369,7 +369,10 @@ func (s *Server) simulate(e *exchange, r *http.Request) error {
 	if e.principal.key.Mode != coinpulse.ModeTest {
 		return coinpulse.ValidationError("X-Sandbox-Simulate", "only sandbox (sk_test_) keys may simulate failures")
 	}
-	switch how := strings.TrimSpace(strings.Join(what, ",")); how {
+	if len(what) > 1 || strings.Contains(what[0], ",") {
+		return coinpulse.ValidationError("X-Sandbox-Simulate", "is given more than once; send one failure to simulate")
+	}
+	switch how := strings.TrimSpace(what[0]); how {
 	case simulateRateLimit:
 		e.simulated = how
 		s.simulatedRefusal(e, r)

@@ -282,6 +282,13 @@ func TestSandboxLimitsAndSimulation(t *testing.T) {
 	}
 	wantError(t, do(t, srv.Server, "GET", "/api/v1/markets/global", sandbox, "X-Sandbox-Simulate", "meteor"), http.StatusUnprocessableEntity, coinpulse.CodeValidation)
 	wantError(t, do(t, srv.Server, "GET", "/api/v1/markets/global", live, "X-Sandbox-Simulate", "rate_limit"), http.StatusUnprocessableEntity, coinpulse.CodeValidation)
+	// Two failures at once, in two headers or one list, are one too many.
+	twice := httptest.NewRequest("GET", "/api/v1/markets/global", nil)
+	twice.Header.Set("Authorization", "Bearer "+sandbox)
+	twice.Header.Add("X-Sandbox-Simulate", "rate_limit")
+	twice.Header.Add("X-Sandbox-Simulate", "server_error")
+	wantField(t, serve(t, srv.Server, twice), "X-Sandbox-Simulate", "more than once")
+	wantField(t, do(t, srv.Server, "GET", "/api/v1/markets/global", sandbox, "X-Sandbox-Simulate", "rate_limit, timeout"), "X-Sandbox-Simulate", "more than once")
 	// A stream whose key comes in its first message cannot simulate: the
 	// header is refused before the upgrade.
 	res = do(t, srv.Server, "GET", "/api/v1/ws", "", "X-Sandbox-Simulate", "rate_limit", "Connection", "Upgrade", "Upgrade", "websocket", "Sec-WebSocket-Version", "13", "Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")

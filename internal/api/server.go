@@ -768,6 +768,22 @@ func isCleanPath(p string) bool {
 	return c == p || p[len(p)-1] == '/' && len(p) == len(c)+1 && p[:len(c)] == c
 }
 
+// cleanLocation is the clean form of u's path, as it was sent (escaped),
+// with its query: where ServeMux redirects a path that is not clean.
+// ServeMux's own Location escapes the escaped path again (a %20 becomes
+// %2520), naming another resource.
+func cleanLocation(u *url.URL) string {
+	p := u.EscapedPath()
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	if u.RawQuery != "" {
+		c += "?" + u.RawQuery
+	}
+	return c
+}
+
 func (s *Server) recoverPanic(w http.ResponseWriter, r *http.Request) {
 	if v := recover(); v != nil {
 		if v == http.ErrAbortHandler {
@@ -798,9 +814,10 @@ func (s *Server) unrouted(e *exchange, r *http.Request) {
 	// A redirect to the clean path; not for OPTIONS *, which has no path
 	// to clean and gets the 404.
 	case rec.status >= 300 && rec.status < 400 && rec.header.Get("Location") != "" && strings.HasPrefix(r.URL.Path, "/"):
-		e.Header().Set("Location", rec.header.Get("Location"))
+		loc := cleanLocation(r.URL)
+		e.Header().Set("Location", loc)
 		m := s.newMeta(e)
-		writeData(e, rec.status, map[string]string{"location": rec.header.Get("Location")}, &m)
+		writeData(e, rec.status, map[string]string{"location": loc}, &m)
 	default:
 		s.writeError(e, r, coinpulse.Errorf(coinpulse.CodeNotFound, "No route %s %s. The API lives under /api/v1 (or /v1); see /docs.", r.Method, truncate(r.URL.EscapedPath(), 200)))
 	}
