@@ -269,9 +269,17 @@ type AlertStore interface {
 	// DisableEndpoint set it disables the webhook and fails its other
 	// pending deliveries.
 	RecordAttempt(ctx context.Context, id int64, a Attempt) error
-	// Deliveries returns an endpoint's deliveries, newest first, at most
-	// limit.
-	Deliveries(ctx context.Context, o Owner, endpointID int64, limit int) ([]Delivery, error)
+	// Deliveries returns an endpoint's deliveries, newest (by CreatedAt,
+	// then ID) first, at most limit; those after startingAfter's place in
+	// that order when it is not 0 (a delivery of the endpoint, else
+	// ErrDeliveryCursor).
+	Deliveries(ctx context.Context, o Owner, endpointID, startingAfter int64, limit int) ([]Delivery, error)
+}
+
+// ErrDeliveryCursor is the VALIDATION_ERROR of a starting_after that is
+// not a delivery of the endpoint listed.
+func ErrDeliveryCursor(id int64) error {
+	return ValidationError("starting_after", fmt.Sprintf("this endpoint has no delivery %d", id))
 }
 
 // ErrAlertNotFound is RESOURCE_NOT_FOUND for an alert.

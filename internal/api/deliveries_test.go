@@ -564,7 +564,7 @@ func (e *alertEnv) waitEntitlement(userID int64, alerts bool) {
 func (e *alertEnv) waitFailedUnsent(userID, webhookID int64, lastError string) {
 	e.tb.Helper()
 	pollUntil(e.tb, "the delivery failed: "+lastError, func() bool {
-		ds, err := e.store.Deliveries(e.ctx, coinpulse.Owner{UserID: userID, Mode: coinpulse.ModeLive}, webhookID, 10)
+		ds, err := e.store.Deliveries(e.ctx, coinpulse.Owner{UserID: userID, Mode: coinpulse.ModeLive}, webhookID, 0, 10)
 		return err == nil && len(ds) == 1 && ds[0].Status == coinpulse.DeliveryFailed && ds[0].LastError == lastError
 	})
 }

@@ -954,8 +954,27 @@ func alertsMatchSpec(t *testing.T, doc *openapi3.T, srv *Server) {
 	if len(ds) != 3 {
 		t.Errorf("deliveries: %+v", ds)
 	}
-	call(specCall{method: "GET", route: "/webhooks/{id}/deliveries", target: hookBase + "/deliveries?limit=1", key: key, status: http.StatusOK})
+	// Paged by cursor: meta.has_more says when to stop.
+	var paged []delivery
+	for after := int64(0); ; {
+		target := hookBase + "/deliveries?limit=2"
+		if after != 0 {
+			target += fmt.Sprintf("&starting_after=%d", after)
+		}
+		res := call(specCall{method: "GET", route: "/webhooks/{id}/deliveries", target: target, key: key, status: http.StatusOK})
+		page := deliveries(res)
+		paged = append(paged, page...)
+		if res.Meta["has_more"] != true {
+			break
+		}
+		after = page[len(page)-1].ID
+	}
+	if len(paged) != len(ds) || paged[0].ID != ds[0].ID || paged[2].ID != ds[2].ID {
+		t.Errorf("deliveries by cursor: %+v, want %+v", paged, ds)
+	}
 	gds := deliveries(call(specCall{method: "GET", route: "/webhooks/{id}/deliveries", target: fmt.Sprintf("/api/v1/webhooks/%d/deliveries", gone), key: key, status: http.StatusOK}))
+	call(specCall{method: "GET", route: "/webhooks/{id}/deliveries", target: hookBase + fmt.Sprintf("/deliveries?starting_after=%d", gds[0].ID), key: key,
+		status: http.StatusUnprocessableEntity, code: coinpulse.CodeValidation})
 	if len(gds) != 1 {
 		t.Fatalf("deliveries of the second endpoint: %+v", gds)
 	}

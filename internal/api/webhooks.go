@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -238,7 +239,7 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	q, err := parseQuery(r.URL.RawQuery, "limit")
+	q, err := parseQuery(r.URL.RawQuery, "limit", "starting_after")
 	if err != nil {
 		return err
 	}
@@ -246,21 +247,28 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	after, err := q.int("starting_after", 0, 1, math.MaxInt64)
+	if err != nil {
+		return err
+	}
 	o := owner(w)
 	if _, err := s.store.Webhook(r.Context(), o, id); err != nil {
 		return err
 	}
-	ds, err := s.store.Deliveries(r.Context(), o, id, limit)
+	// One more than the page holds says whether more come after it.
+	ds, err := s.store.Deliveries(r.Context(), o, id, int64(after), limit+1)
 	if err != nil {
 		return err
 	}
+	more := len(ds) > limit
+	ds = ds[:min(len(ds), limit)]
 	out := make([]deliveryView, len(ds))
 	for i := range ds {
 		out[i] = viewDelivery(&ds[i])
 	}
 	m := s.newMeta(w)
 	n := len(out)
-	m.Total = &n
+	m.Total, m.HasMore = &n, &more
 	return writeData(w, http.StatusOK, out, &m)
 }
 

@@ -69,7 +69,7 @@ func TestDispatcherLogsARefusedAddress(t *testing.T) {
 	defer func() { stop(); <-done }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		ds, err := db.Deliveries(ctx, o, wh.ID, 10)
+		ds, err := db.Deliveries(ctx, o, wh.ID, 0, 10)
 		if err == nil && len(ds) == 1 && ds[0].Attempts == 1 {
 			if ds[0].Status != coinpulse.DeliveryPending || !strings.Contains(ds[0].LastError, "refused to connect to 127.0.0.1, a loopback address") {
 				t.Errorf("delivery %+v", ds[0])
@@ -131,7 +131,7 @@ func TestDispatcherClaimsOnlyWhatItCanSend(t *testing.T) {
 	go func() { d.Run(dctx); close(done) }()
 	defer func() { stop(); <-done }()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		ds, err := db.Deliveries(ctx, o, wh.ID, 100)
+		ds, err := db.Deliveries(ctx, o, wh.ID, 0, 100)
 		sent := 0
 		for _, del := range ds {
 			if del.Status == coinpulse.DeliveryDelivered {
@@ -188,7 +188,7 @@ func TestDispatcherAttemptPastItsLease(t *testing.T) {
 			t.Fatalf("no warning after 10 s:\n%s", logs.String())
 		}
 	}
-	ds, err := db.Deliveries(ctx, o, wh.ID, 10)
+	ds, err := db.Deliveries(ctx, o, wh.ID, 0, 10)
 	if err != nil || len(ds) != 1 || ds[0].Attempts != 0 || ds[0].Status != coinpulse.DeliveryPending {
 		t.Fatalf("after the stalled attempt: %+v, %v", ds, err)
 	}

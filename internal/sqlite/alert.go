@@ -921,17 +921,23 @@ func (db *DB) RecordAttempt(ctx context.Context, id int64, a coinpulse.Attempt) 
 }
 
 // Deliveries returns up to limit (a negative limit: no limit) of the
-// owner's endpoint's deliveries, newest (by CreatedAt, then ID) first. An
-// endpoint the owner does not have is a RESOURCE_NOT_FOUND error.
-func (db *DB) Deliveries(ctx context.Context, o coinpulse.Owner, endpointID int64, limit int) ([]coinpulse.Delivery, error) {
-	var one int
-	err := db.db.QueryRowContext(ctx, `SELECT 1 FROM webhooks WHERE id = ? AND user_id = ? AND mode = ?`,
-		endpointID, o.UserID, o.Mode).Scan(&one)
+// owner's endpoint's deliveries, newest (by CreatedAt, then ID) first,
+// from the one after startingAfter when it is not 0. An endpoint the
+// owner does not have is a RESOURCE_NOT_FOUND error.
+func (db *DB) Deliveries(ctx context.Context, o coinpulse.Owner, endpointID, startingAfter int64, limit int) ([]coinpulse.Delivery, error) {
+	var cursor bool
+	err := db.db.QueryRowContext(ctx, `
+		SELECT EXISTS (SELECT 1 FROM deliveries WHERE id = ?1 AND endpoint_id = ?2)
+		FROM webhooks WHERE id = ?2 AND user_id = ?3 AND mode = ?4`,
+		startingAfter, endpointID, o.UserID, o.Mode).Scan(&cursor)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, coinpulse.ErrWebhookNotFound(endpointID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: deliveries: %w", err)
+	}
+	if startingAfter != 0 && !cursor {
+		return nil, coinpulse.ErrDeliveryCursor(startingAfter)
 	}
 	if limit == 0 {
 		return []coinpulse.Delivery{}, nil
@@ -941,10 +947,11 @@ func (db *DB) Deliveries(ctx context.Context, o coinpulse.Owner, endpointID int6
 	}
 	ds, err := readDeliveries(ctx, db.db, `
 		SELECT `+deliveryColumns+` FROM deliveries
-		WHERE endpoint_id = ?
+		WHERE endpoint_id = ?1
+			AND (?2 = 0 OR (created_at, id) < (SELECT created_at, id FROM deliveries WHERE id = ?2))
 		ORDER BY created_at DESC, id DESC
-		LIMIT ?`,
-		endpointID, limit)
+		LIMIT ?3`,
+		endpointID, startingAfter, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: deliveries: %w", err)
 	}

@@ -237,7 +237,7 @@ func claimAll(t *testing.T, s coinpulse.Store, kind coinpulse.DeliveryKind, now 
 // logOf returns the endpoint's deliveries, newest first, or fails t.
 func logOf(t *testing.T, s coinpulse.Store, o coinpulse.Owner, endpointID int64) []coinpulse.Delivery {
 	t.Helper()
-	ds, err := s.Deliveries(t.Context(), o, endpointID, 100_000)
+	ds, err := s.Deliveries(t.Context(), o, endpointID, 0, 100_000)
 	if err != nil {
 		t.Fatalf("Deliveries(%d): %v", endpointID, err)
 	}
@@ -1214,7 +1214,7 @@ func testCreateWebhook(t *testing.T, s coinpulse.Store) {
 	}
 	_, err = s.Webhook(ctx, o, w.ID)
 	wantCode(t, err, coinpulse.CodeNotFound)
-	_, err = s.Deliveries(ctx, o, w.ID, 10)
+	_, err = s.Deliveries(ctx, o, w.ID, 0, 10)
 	wantCode(t, err, coinpulse.CodeNotFound)
 	wantCode(t, s.DeleteWebhook(ctx, o, w.ID), coinpulse.CodeNotFound)
 	if got := claimAll(t, s, coinpulse.KindWebhook, t0.Add(time.Hour)); len(got) != 1 || got[0].ID != other.ID {
@@ -1247,7 +1247,7 @@ func testWebhookOwnerScoping(t *testing.T, s coinpulse.Store) {
 			}
 			_, err = s.Webhook(ctx, other, w.ID)
 			wantCode(t, err, coinpulse.CodeNotFound)
-			_, err = s.Deliveries(ctx, other, w.ID, 10)
+			_, err = s.Deliveries(ctx, other, w.ID, 0, 10)
 			wantCode(t, err, coinpulse.CodeNotFound)
 			wantCode(t, s.DeleteWebhook(ctx, other, w.ID), coinpulse.CodeNotFound)
 			err = s.EnqueueDelivery(ctx, &coinpulse.Delivery{Kind: coinpulse.KindWebhook, Owner: other, EndpointID: w.ID,
@@ -1489,7 +1489,7 @@ func testClaimLease(t *testing.T, s coinpulse.Store) {
 // deliveryByID returns the endpoint's delivery id, or fails t.
 func deliveryByID(t *testing.T, s coinpulse.Store, o coinpulse.Owner, endpointID, id int64) coinpulse.Delivery {
 	t.Helper()
-	ds, err := s.Deliveries(t.Context(), o, endpointID, 100)
+	ds, err := s.Deliveries(t.Context(), o, endpointID, 0, 100)
 	if err != nil {
 		t.Fatalf("Deliveries: %v", err)
 	}
@@ -1745,7 +1745,7 @@ func testDeliveryLog(t *testing.T, s coinpulse.Store) {
 		limit int
 		want  []int64
 	}{{2, want[:2]}, {-1, want}, {0, []int64{}}, {100, want}} {
-		got, err := s.Deliveries(ctx, o, w.ID, tt.limit)
+		got, err := s.Deliveries(ctx, o, w.ID, 0, tt.limit)
 		if err != nil {
 			t.Fatalf("Deliveries(limit %d): %v", tt.limit, err)
 		}
@@ -1753,11 +1753,31 @@ func testDeliveryLog(t *testing.T, s coinpulse.Store) {
 			t.Errorf("Deliveries(limit %d) mismatch (-want +got):\n%s", tt.limit, diff)
 		}
 	}
+	// From a cursor: the deliveries after it in the list's order, ties on
+	// created_at included.
+	for i, after := range want {
+		got, err := s.Deliveries(ctx, o, w.ID, after, 2)
+		if err != nil {
+			t.Fatalf("Deliveries(after %d): %v", after, err)
+		}
+		if diff := cmp.Diff(want[i+1:min(i+3, len(want))], deliveryIDs(got)); diff != "" {
+			t.Errorf("Deliveries(after %d, limit 2) mismatch (-want +got):\n%s", after, diff)
+		}
+	}
+	// A delivery of another endpoint, or none, is no cursor.
+	if xs, err := s.Deliveries(ctx, o, x.ID, 0, 1); err == nil && len(xs) == 1 {
+		_, err := s.Deliveries(ctx, o, w.ID, xs[0].ID, 10)
+		wantCode(t, err, coinpulse.CodeValidation)
+	}
+	_, err := s.Deliveries(ctx, o, w.ID, 1<<50, 10)
+	wantCode(t, err, coinpulse.CodeValidation)
 	for _, other := range []coinpulse.Owner{sandbox(u), live(mallory)} {
-		_, err := s.Deliveries(ctx, other, w.ID, 10)
+		_, err := s.Deliveries(ctx, other, w.ID, 0, 10)
+		wantCode(t, err, coinpulse.CodeNotFound)
+		_, err = s.Deliveries(ctx, other, w.ID, want[0], 10)
 		wantCode(t, err, coinpulse.CodeNotFound)
 	}
-	_, err := s.Deliveries(ctx, o, x.ID+1000, 10)
+	_, err = s.Deliveries(ctx, o, x.ID+1000, 0, 10)
 	wantCode(t, err, coinpulse.CodeNotFound)
 }
 

@@ -337,7 +337,7 @@ func testIdempotencyFenced(t *testing.T, s coinpulse.Store) {
 	if ws, err := s.Webhooks(ctx, o); err != nil || len(ws) != 1 {
 		t.Errorf("webhooks: %d, %v; want 1", len(ws), err)
 	}
-	if ds, err := s.Deliveries(ctx, o, w.ID, 10); err != nil || len(ds) != 0 {
+	if ds, err := s.Deliveries(ctx, o, w.ID, 0, 10); err != nil || len(ds) != 0 {
 		t.Errorf("deliveries: %d, %v; want none", len(ds), err)
 	}
 	// The retry, holding the key, writes.
