@@ -744,7 +744,11 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.dashboard != nil && (r.URL.Path == "/user/api" || strings.HasPrefix(r.URL.Path, "/user/api/")) {
 		s.dashboard.ServeHTTP(e, r)
-		s.dashboardObs.observe(e.status, time.Since(e.start))
+		took := time.Since(e.start)
+		s.dashboardObs.observe(e.status, took)
+		if s.log.Enabled(r.Context(), slog.LevelDebug) { // as finish logs the API's calls
+			s.log.Debug("request", "method", r.Method, "route", "/user/api", "status", e.status, "duration", took, "request_id", e.id)
+		}
 		return
 	}
 	// A path that is not clean ("//", "." or ".." segments) has a pattern
