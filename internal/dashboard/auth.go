@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/mail"
 	"strings"
@@ -50,18 +51,19 @@ type limit struct {
 	max    int
 	window time.Duration
 	what   string // what the refusal says there were too many of
+	name   string // the limit in the log: account, address or signups
 }
 
 func emailLimit(email string) limit {
-	return limit{"email:" + strings.ToLower(email), MaxAccountFailures, ThrottleWindow, "failed log-in attempts"}
+	return limit{"email:" + strings.ToLower(email), MaxAccountFailures, ThrottleWindow, "failed log-in attempts", "account"}
 }
 
 func (d *Dashboard) ipLimit(r *http.Request) limit {
-	return limit{"ip:" + d.clientIP(r), MaxIPFailures, ThrottleWindow, "failed log-in attempts"}
+	return limit{"ip:" + d.clientIP(r), MaxIPFailures, ThrottleWindow, "failed log-in attempts", "address"}
 }
 
 func (d *Dashboard) signupLimit(r *http.Request) limit {
-	return limit{"signup:" + d.clientIP(r), MaxSignups, SignupWindow, "sign-ups from this address"}
+	return limit{"signup:" + d.clientIP(r), MaxSignups, SignupWindow, "sign-ups from this address", "signups"}
 }
 
 // refusal is the message refusing an attempt under l, whose count th
@@ -79,42 +81,60 @@ func (l limit) refusal(th *coinpulse.Throttle, now time.Time) string {
 	return fmt.Sprintf("Too many %s. Wait %d %s, then try again.", l.what, mins, unit)
 }
 
+// refused is an attempt a limit refused.
+type refused struct {
+	limit       limit
+	windowStart time.Time // of the limit's count
+	msg         string    // the message refusing the attempt
+}
+
 // reserve counts one attempt under each limit, in order, before the
 // attempt is made: attempts sent at once then cannot all pass a check
-// made before any of them is counted. It returns the counts, or the
-// message refusing the attempt when it is one more than a limit allows
-// (a refused attempt counts nothing: what reserve counted is given back).
-func (d *Dashboard) reserve(ctx context.Context, now time.Time, limits ...limit) ([]*coinpulse.Throttle, string, error) {
+// made before any of them is counted. It returns the counts, or what
+// refuses the attempt when it is one more than a limit allows (a refused
+// attempt counts nothing: what reserve counted is given back).
+func (d *Dashboard) reserve(ctx context.Context, now time.Time, limits ...limit) ([]*coinpulse.Throttle, *refused, error) {
 	ths := make([]*coinpulse.Throttle, 0, len(limits))
 	for _, l := range limits {
 		th, err := d.store.RecordLoginFailure(ctx, l.key, now, l.window)
 		if err != nil {
 			d.release(ctx, limits, ths)
-			return nil, "", err
+			return nil, nil, err
 		}
 		ths = append(ths, th)
 		if th.Failures > l.max {
 			d.release(ctx, limits, ths)
-			return nil, l.refusal(th, now), nil
+			return nil, &refused{limit: l, windowStart: th.WindowStart, msg: l.refusal(th, now)}, nil
 		}
 	}
-	return ths, "", nil
+	return ths, nil, nil
 }
 
-// admit reserves the attempt under limits, or answers it, through fail
-// when a limit refuses it or as a server error when the store fails, and
-// returns false.
-func (d *Dashboard) admit(w http.ResponseWriter, r *http.Request, now time.Time, fail func(status int, msg string), limits []limit) ([]*coinpulse.Throttle, bool) {
-	ths, msg, err := d.reserve(r.Context(), now, limits...)
-	switch {
-	case err != nil:
+// admit reserves the attempt under limits and returns the counts, or
+// what refuses it, for the caller to answer (429), or answers the store's
+// error itself and returns false.
+func (d *Dashboard) admit(w http.ResponseWriter, r *http.Request, now time.Time, limits []limit) ([]*coinpulse.Throttle, *refused, bool) {
+	ths, ref, err := d.reserve(r.Context(), now, limits...)
+	if err != nil {
 		d.serverError(w, r, err)
-		return nil, false
-	case msg != "":
-		fail(http.StatusTooManyRequests, msg)
-		return nil, false
+		return nil, nil, false
 	}
-	return ths, true
+	return ths, ref, true
+}
+
+// logLocks logs lockEvent for each of the limits (ths[i] counted under
+// limits[i]) whose count the attempt filled: the next attempt under it is
+// refused until its window ends.
+func (d *Dashboard) logLocks(w http.ResponseWriter, r *http.Request, now time.Time, lockEvent string, who slog.Attr, limits []limit, ths []*coinpulse.Throttle) {
+	for i, th := range ths {
+		if limits[i].refusal(th, now) != "" {
+			msg := "dashboard: log-ins locked: too many failures"
+			if lockEvent == evSignupLocked {
+				msg = "dashboard: sign-ups locked: too many from the address"
+			}
+			d.event(w, r, slog.LevelWarn, lockEvent, msg, who, lockAttrs(limits[i], th.WindowStart))
+		}
+	}
 }
 
 // release gives back the counts reserve took under limits (ths[i] under
@@ -158,6 +178,7 @@ func (d *Dashboard) signup(w http.ResponseWriter, r *http.Request) {
 		d.render(w, r, status, "signup", &page{Title: "Sign up", CSRF: d.preToken(w, r), Error: msg, Auth: &authForm{Email: email}})
 	}
 	if !checkPreToken(r) {
+		d.csrfRejected(w, r, nil)
 		fail(http.StatusForbidden, msgCSRF)
 		return
 	}
@@ -172,9 +193,15 @@ func (d *Dashboard) signup(w http.ResponseWriter, r *http.Request) {
 	// A sign-up counts against the address's sign-ups, and until it
 	// succeeds as a failure against its log-ins: a taken e-mail address
 	// is a probe.
+	now := d.now()
 	limits := []limit{d.ipLimit(r), d.signupLimit(r)}
-	ths, ok := d.admit(w, r, d.now(), fail, limits)
+	ths, ref, ok := d.admit(w, r, now, limits)
 	if !ok {
+		return
+	}
+	if ref != nil {
+		d.event(w, r, slog.LevelInfo, evSignupThrottled, "dashboard: sign-up refused: too many attempts from the address", lockAttrs(ref.limit, ref.windowStart))
+		fail(http.StatusTooManyRequests, ref.msg)
 		return
 	}
 	hash, err := password.Hash(pw)
@@ -186,6 +213,13 @@ func (d *Dashboard) signup(w http.ResponseWriter, r *http.Request) {
 	u := &coinpulse.User{Email: email, PasswordHash: hash, Tier: coinpulse.TierFree}
 	if err := d.store.CreateUser(ctx, u); err != nil {
 		if coinpulse.ErrorCode(err) == coinpulse.CodeConflict {
+			// Both counts stand: a failed log-in from the address, and a
+			// sign-up.
+			who := d.accountOf(ctx, email)
+			d.event(w, r, slog.LevelWarn, evSignupFailed, "dashboard: sign-up refused: the e-mail address has an account", who,
+				slog.String("reason", "email_taken"), slog.Int("address_failures", ths[0].Failures), slog.Int("address_signups", ths[1].Failures))
+			d.logLocks(w, r, now, evLoginLocked, who, limits[:1], ths[:1])
+			d.logLocks(w, r, now, evSignupLocked, who, limits[1:], ths[1:])
 			fail(http.StatusUnprocessableEntity, msgBadSignup)
 			return
 		}
@@ -194,6 +228,8 @@ func (d *Dashboard) signup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.release(ctx, limits[:1], ths[:1])
+	d.event(w, r, slog.LevelInfo, evSignup, "dashboard: account created", account(u), slog.String("tier", string(u.Tier)), slog.Int("address_signups", ths[1].Failures))
+	d.logLocks(w, r, now, evSignupLocked, account(u), limits[1:], ths[1:])
 	if err := d.startSession(ctx, w, r, u); err != nil {
 		d.serverError(w, r, err)
 		return
@@ -218,6 +254,7 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		d.render(w, r, status, "login", &page{Title: "Log in", CSRF: d.preToken(w, r), Error: msg, Auth: &authForm{Email: email}})
 	}
 	if !checkPreToken(r) {
+		d.csrfRejected(w, r, nil)
 		fail(http.StatusForbidden, msgCSRF)
 		return
 	}
@@ -225,8 +262,13 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	// if the password is right.
 	now := d.now()
 	limits := []limit{d.ipLimit(r), emailLimit(email)}
-	ths, ok := d.admit(w, r, now, fail, limits)
+	ths, ref, ok := d.admit(w, r, now, limits)
 	if !ok {
+		return
+	}
+	if ref != nil {
+		d.event(w, r, slog.LevelInfo, evLoginThrottled, "dashboard: log-in refused: too many failures", d.accountOf(ctx, email), lockAttrs(ref.limit, ref.windowStart))
+		fail(http.StatusTooManyRequests, ref.msg)
 		return
 	}
 	u, err := d.store.UserByEmail(ctx, email)
@@ -247,13 +289,18 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		if verr != nil && !errors.Is(verr, password.ErrMismatch) && u != nil && u.PasswordHash != "" {
 			d.log.Warn("dashboard: password hash unreadable", "user_id", u.ID, "err", verr)
 		}
+		status, msg := http.StatusUnauthorized, msgBadLogin
 		for i, l := range limits {
 			if m := l.refusal(ths[i], now); m != "" {
-				fail(http.StatusTooManyRequests, msgBadLogin+" "+m)
-				return
+				status, msg = http.StatusTooManyRequests, msgBadLogin+" "+m
+				break
 			}
 		}
-		fail(http.StatusUnauthorized, msgBadLogin)
+		who := account(u)
+		d.event(w, r, slog.LevelWarn, evLoginFailed, "dashboard: log-in failed", who,
+			slog.Int("account_failures", ths[1].Failures), slog.Int("address_failures", ths[0].Failures))
+		d.logLocks(w, r, now, evLoginLocked, who, limits, ths)
+		fail(status, msg)
 		return
 	}
 	if err := d.store.ClearLoginThrottle(ctx, limits[1].key); err != nil {
@@ -264,6 +311,7 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		d.serverError(w, r, err)
 		return
 	}
+	d.event(w, r, slog.LevelInfo, evLoginSucceeded, "dashboard: logged in", account(u))
 	http.Redirect(w, r, basePath, http.StatusSeeOther)
 }
 
@@ -286,5 +334,6 @@ func (d *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.setCookie(w, r, sessionCookie, "", -1)
+	d.event(w, r, slog.LevelInfo, evLogout, "dashboard: logged out", account(a.user))
 	http.Redirect(w, r, basePath+"/login", http.StatusSeeOther)
 }

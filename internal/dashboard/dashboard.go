@@ -10,6 +10,9 @@
 // AbsoluteTimeout after log-in; its id is new at every log-in. Every form
 // carries a CSRF token: the session's once logged in, before that a random
 // token the form must repeat from an HttpOnly cookie (double submit).
+//
+// Sign-ups, log-ins, lockouts, log-outs, key creations and revocations
+// and refused CSRF tokens are logged as security events (events.go).
 package dashboard
 
 import (
@@ -79,7 +82,8 @@ type Config struct {
 	Plans map[coinpulse.Tier]coinpulse.Plan
 	// Clock tells the time (nil: time.Now).
 	Clock coinpulse.Clock
-	// Log receives errors (nil: slog.Default()).
+	// Log receives errors and the security events (events.go; nil:
+	// slog.Default()).
 	Log *slog.Logger
 	// BillingURL is where the free tier's upgrade prompt links; empty
 	// links to the documentation instead.
@@ -91,8 +95,8 @@ type Config struct {
 	// headers and /usage do; without it, the plan less the metered calls.
 	Limiter coinpulse.Limiter
 	// TrustedProxies are the proxies whose X-Forwarded-For names the
-	// client, for the log-in throttle's per-address count; from any other
-	// address the header is ignored.
+	// client, for the log-in throttle's per-address count and the security
+	// events' client_ip; from any other address the header is ignored.
 	TrustedProxies []netip.Prefix
 }
 
@@ -456,8 +460,9 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// clientIP is the address failed log-ins are counted under: the peer's.
-// Behind a proxy every client shares the proxy's address.
+// clientIP is the address failed log-ins are counted under, and the
+// security events' client_ip: the peer's, or behind a trusted proxy the
+// client's from X-Forwarded-For.
 func (d *Dashboard) clientIP(r *http.Request) string {
 	addr := r.RemoteAddr
 	if i := strings.LastIndexByte(addr, ':'); i >= 0 && !strings.HasSuffix(addr, "]") {

@@ -53,13 +53,18 @@ func (e *env) advance(d time.Duration) {
 }
 
 func newEnv(t testing.TB, billing string) *env {
+	return newEnvLog(t, billing, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// newEnvLog is newEnv with log the server's (the API's and the
+// dashboard's) logger.
+func newEnvLog(t testing.TB, billing string, log *slog.Logger) *env {
 	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "c.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
 	e := &env{t: t, store: db, now: time.Now().UTC()}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	dash := New(Config{Store: db, Clock: e.clock, Log: log, BillingURL: billing})
 	e.dash = dash
 	feed, err := sim.New(1, 10)

@@ -98,6 +98,7 @@ func (d *Dashboard) dataAuth(w http.ResponseWriter, r *http.Request) *auth {
 		return nil
 	}
 	if r.Method == http.MethodPost && !tokensEqual(r.Header.Get("X-CSRF-Token"), a.session.CSRF) {
+		d.csrfRejected(w, r, a)
 		d.jsonError(w, coinpulse.Errorf(coinpulse.CodePermissionDenied, "Missing or wrong X-CSRF-Token header: send the csrf-token of a dashboard page."))
 		return nil
 	}
@@ -248,6 +249,7 @@ func (d *Dashboard) dataCreateKey(w http.ResponseWriter, r *http.Request) {
 		d.jsonError(w, err)
 		return
 	}
+	d.logKeyCreated(w, r, a, k)
 	out := keyOf(k, d.now())
 	out.APIKey = plain
 	d.jsonData(w, http.StatusCreated, out)
@@ -271,15 +273,18 @@ func (d *Dashboard) dataRevoke(w http.ResponseWriter, r *http.Request) {
 	d.keyRevoked(r.Context())
 	keys, err := d.store.KeysByUser(r.Context(), a.user.ID)
 	if err != nil {
+		d.logKeyRevoked(w, r, a, id, nil)
 		d.jsonError(w, err)
 		return
 	}
 	for _, k := range keys {
 		if k.ID == id {
+			d.logKeyRevoked(w, r, a, id, k)
 			d.jsonData(w, http.StatusOK, keyOf(k, now))
 			return
 		}
 	}
+	d.logKeyRevoked(w, r, a, id, nil)
 	d.jsonError(w, coinpulse.ErrKeyNotFound())
 }
 

@@ -80,7 +80,9 @@ func (d *Dashboard) notFound(w http.ResponseWriter, r *http.Request) {
 	d.render(w, r, http.StatusNotFound, "error", p)
 }
 
+// forbidden answers a's post whose CSRF token is missing or wrong.
 func (d *Dashboard) forbidden(w http.ResponseWriter, r *http.Request, a *auth) {
+	d.csrfRejected(w, r, a)
 	d.render(w, r, http.StatusForbidden, "error", &page{Title: "Refused", User: a.user, CSRF: a.session.CSRF, Error: msgCSRF})
 }
 
@@ -240,6 +242,7 @@ func (d *Dashboard) createKey(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	d.logKeyCreated(w, r, a, k)
 	d.render(w, r, http.StatusOK, "newkey", &page{Title: "Your new key", User: a.user, CSRF: a.session.CSRF,
 		NewKey: &newKeyView{Secret: plain, Key: d.keyView(k, d.now())}})
 }
@@ -309,5 +312,14 @@ func (d *Dashboard) revoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.keyRevoked(r.Context())
+	var revoked *coinpulse.APIKey // for the log: its prefix and name
+	if keys, err := d.store.KeysByUser(r.Context(), a.user.ID); err == nil {
+		for _, k := range keys {
+			if k.ID == id {
+				revoked = k
+			}
+		}
+	}
+	d.logKeyRevoked(w, r, a, id, revoked)
 	http.Redirect(w, r, basePath+"?revoked="+strconv.FormatInt(id, 10), http.StatusSeeOther)
 }
