@@ -83,7 +83,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
 	fs.BoolVar(&c.demo, "demo", true, "on a fresh database, create a demo account and print its keys")
 	fs.StringVar(&c.billingURL, "billing-url", "", "where the dashboard's upgrade prompt links (default: the API documentation)")
-	proxies := fs.String("trusted-proxies", "", "comma-separated addresses or CIDR prefixes of the reverse proxies whose X-Forwarded-For names the client (for the dashboard's log-in throttle); none by default")
+	proxies := fs.String("trusted-proxies", "", "comma-separated addresses or CIDR prefixes of the reverse proxies whose X-Forwarded-For names the client (for the dashboard's log-in throttle and security log); none by default")
 	fs.StringVar(&c.metricsTokenFile, "metrics-token-file", "", "file holding the token GET /metrics must be sent with as \"Authorization: Bearer <token>\" (none: /metrics is public)")
 	fs.StringVar(&c.plansFile, "plans", "", "plan file (JSON, see plans/default.json); default: the shipped plans")
 	fs.StringVar(&c.redis, "redis", "", "Redis URL (redis://host:6379/0) for rate limits shared by several nodes; default: in-process")
