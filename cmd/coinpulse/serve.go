@@ -50,6 +50,7 @@ type serveConfig struct {
 	plans                    map[coinpulse.Tier]coinpulse.Plan
 	plansFile, redis, limits string
 	billingURL               string
+	https                    bool
 	trustedProxies           []netip.Prefix
 	metricsTokenFile         string
 	metricsToken             string
@@ -83,6 +84,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
 	fs.BoolVar(&c.demo, "demo", true, "on a fresh database, create a demo account and print its keys")
 	fs.StringVar(&c.billingURL, "billing-url", "", "where the dashboard's upgrade prompt links (default: the API documentation)")
+	fs.BoolVar(&c.https, "https", false, "the service is reached over HTTPS only (a proxy terminates TLS): the dashboard's cookies are always Secure and its pages send Strict-Transport-Security")
 	proxies := fs.String("trusted-proxies", "", "comma-separated addresses or CIDR prefixes of the reverse proxies whose X-Forwarded-For names the client (for the dashboard's log-in throttle and security log); none by default")
 	fs.StringVar(&c.metricsTokenFile, "metrics-token-file", "", "file holding the token GET /metrics must be sent with as \"Authorization: Bearer <token>\" (none: /metrics is public)")
 	fs.StringVar(&c.plansFile, "plans", "", "plan file (JSON, see plans/default.json); default: the shipped plans")
@@ -352,7 +354,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	sender := notify.NewSender(notify.SenderOptions{AllowPrivate: cfg.webhookAllowPrivate})
 	dispatcher := notify.NewDispatcher(store, sender, mailer, log, notify.DispatchOptions{Lease: cfg.deliveryLease})
 	apiCfg.AlertIndex, apiCfg.Deliveries, apiCfg.WebhookAllowPrivate = evaluator, dispatcher, cfg.webhookAllowPrivate
-	dash := dashboard.New(dashboard.Config{Store: store, Plans: cfg.plans, Log: log, BillingURL: cfg.billingURL, Limiter: apiCfg.Limiter, TrustedProxies: cfg.trustedProxies})
+	dash := dashboard.New(dashboard.Config{Store: store, Plans: cfg.plans, Log: log, BillingURL: cfg.billingURL, Secure: cfg.https, Limiter: apiCfg.Limiter, TrustedProxies: cfg.trustedProxies})
 	apiCfg.Dashboard = dash.Handler()
 	srv := api.New(apiCfg)
 	hub := srv.Hub()

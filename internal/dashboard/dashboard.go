@@ -88,8 +88,11 @@ type Config struct {
 	// BillingURL is where the free tier's upgrade prompt links; empty
 	// links to the documentation instead.
 	BillingURL string
-	// Secure marks cookies Secure; they are also marked so on requests
-	// that came over TLS.
+	// Secure says the dashboard is reached over HTTPS only (serve
+	// --https): cookies are always marked Secure and every page sends
+	// Strict-Transport-Security. Without it cookies are marked so on
+	// requests that came over TLS or through a proxy that says so
+	// (X-Forwarded-Proto: https), and only answers over TLS send HSTS.
 	Secure bool
 	// Limiter, when set, tells what is left of the month, as the API's
 	// headers and /usage do; without it, the plan less the metered calls.

@@ -1448,3 +1448,28 @@ func TestPasswordProblem(t *testing.T) {
 		}
 	}
 }
+
+// With Secure (serve --https), every page sends HSTS and every cookie is
+// Secure, over plain HTTP from the proxy too; without it, neither is.
+func TestHTTPSOnly(t *testing.T) {
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "c.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	for _, secure := range []bool{true, false} {
+		h := New(Config{Store: db, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Secure: secure}).Handler()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/user/api/login", nil))
+		hsts, cookie := rec.Header().Get("Strict-Transport-Security"), rec.Header().Get("Set-Cookie")
+		if rec.Code != http.StatusOK || cookie == "" {
+			t.Fatalf("Secure %v: GET /user/api/login = %d, Set-Cookie %q", secure, rec.Code, cookie)
+		}
+		if secure && (hsts != "max-age=31536000" || !strings.Contains(cookie, "; Secure")) {
+			t.Errorf("Secure: HSTS %q, cookie %q; want HSTS and a Secure cookie over plain HTTP", hsts, cookie)
+		}
+		if !secure && (hsts != "" || strings.Contains(cookie, "Secure")) {
+			t.Errorf("not Secure: HSTS %q, cookie %q; want neither over plain HTTP", hsts, cookie)
+		}
+	}
+}
