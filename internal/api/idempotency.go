@@ -190,8 +190,7 @@ func replay(e *exchange, k *coinpulse.IdempotencyKey) {
 	h["Content-Length"] = []string{strconv.Itoa(len(body))}
 	h["Idempotent-Replayed"] = []string{"true"}
 	h["Original-Request"] = []string{k.RequestID}
-	e.WriteHeader(k.Status)
-	e.Write(body)
+	writeBody(e, k.Status, body) // in the coding this request takes: the key keeps the identity bytes
 }
 
 // settleIdempotencyKey keeps the answer under the key claim holds, if the

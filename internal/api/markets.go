@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"hash/fnv"
 	"math"
@@ -64,7 +65,7 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, snap *market.Sn
 	if err != nil {
 		return err
 	}
-	return s.serveCached(w, r, snap, c, meta)
+	return s.serveCached(w, r, snap, key, c, meta)
 }
 
 // encodeCached encodes v, the response to key in snap, with its ETag: the
@@ -82,14 +83,38 @@ func encodeCached(snap *market.Snapshot, key string, v any) (*cached, error) {
 }
 
 // serveCached writes c with ETag and Cache-Control, or 304 when the client
-// already has it; meta is written around the body.
-func (s *Server) serveCached(w http.ResponseWriter, r *http.Request, snap *market.Snapshot, c *cached, meta *Meta) error {
+// already has it; meta is written around the body. c is memoised under
+// key in snap, or key is "".
+//
+// The ETag is the same whether the answer is gzip-encoded or not: it is
+// weak (see compress.go).
+func (s *Server) serveCached(w http.ResponseWriter, r *http.Request, snap *market.Snapshot, key string, c *cached, meta *Meta) error {
 	hdr := w.Header()
 	hdr["Etag"] = c.etag
 	hdr["Cache-Control"] = cacheControl(snap.AsOf.Add(s.market.Refresh()).Sub(s.clock()))
+	e, _ := w.(*exchange)
+	// When the request may take gzip: the room of a stored block's
+	// header, then meta and the envelope's end (see writeCachedGzip).
+	var end *bytes.Buffer
+	size := len(envelopeHead) + len(c.body) + len(envelopeMid)
+	if e != nil && e.gzip != gzipNo {
+		end = bufPool.Get().(*bytes.Buffer)
+		defer bufPool.Put(end)
+		end.Reset()
+		end.Write(storedBlockRoom[:])
+		end.Write(meta.appendJSON(end.AvailableBuffer()))
+		end.WriteString(envelopeEnd)
+		size += end.Len() - len(storedBlockRoom)
+	}
 	if inm := r.Header.Get("If-None-Match"); inm != "" && etagMatch(inm, c.etag[0]) {
+		if end != nil && e.gzips(http.StatusOK, size) {
+			addVary(hdr) // as the 200 would have (RFC 9110 §15.4.5)
+		}
 		w.WriteHeader(http.StatusNotModified)
 		return nil
+	}
+	if end != nil && e.gzips(http.StatusOK, size) {
+		return writeCachedGzip(e, snap, key, c, end)
 	}
 	return writeRaw(w, http.StatusOK, c.body, meta)
 }
@@ -212,7 +237,7 @@ func (s *Server) searchMarkets(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.serveCached(w, r, snap, c, &m)
+	return s.serveCached(w, r, snap, "", c, &m)
 }
 
 // GET /markets/global

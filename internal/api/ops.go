@@ -20,6 +20,8 @@ var (
 	docsScript []byte
 	//go:embed favicon.svg
 	favicon []byte
+
+	openapiAsset, docsAsset, docsScriptAsset, faviconAsset = newAsset(openapiJSON), newAsset(docsHTML), newAsset(docsScript), newAsset(favicon)
 )
 
 // OpenAPI returns the embedded OpenAPI document.
@@ -65,7 +67,7 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) error {
 
 // GET /api/v1/openapi.json: the one response served bare.
 func (s *Server) openapi(w http.ResponseWriter, r *http.Request) error {
-	return writeStatic(w, "application/json; charset=utf-8", openapiJSON)
+	return writeStatic(w, "application/json; charset=utf-8", openapiAsset)
 }
 
 // GET /docs
@@ -73,26 +75,31 @@ func (s *Server) docs(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'")
 	w.Header().Set("X-Frame-Options", "DENY")
 	w.Header().Set("Referrer-Policy", "no-referrer")
-	return writeStatic(w, "text/html; charset=utf-8", docsHTML)
+	return writeStatic(w, "text/html; charset=utf-8", docsAsset)
 }
 
 // GET /docs/docs.js
 func (s *Server) docsJS(w http.ResponseWriter, r *http.Request) error {
-	return writeStatic(w, "text/javascript; charset=utf-8", docsScript)
+	return writeStatic(w, "text/javascript; charset=utf-8", docsScriptAsset)
 }
 
 // GET /favicon.ico: the icon a browser asks for on /docs (an SVG: every
 // browser this page serves takes one; not a 404 in the metrics).
 func (s *Server) favicon(w http.ResponseWriter, r *http.Request) error {
-	return writeStatic(w, "image/svg+xml", favicon)
+	return writeStatic(w, "image/svg+xml", faviconAsset)
 }
 
-func writeStatic(w http.ResponseWriter, contentType string, body []byte) error {
+// writeStatic writes an embedded document, gzip-encoded when the request
+// takes it and it is large enough (see gzips).
+func writeStatic(w http.ResponseWriter, contentType string, a *asset) error {
 	h := w.Header()
 	h.Set("Content-Type", contentType)
-	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set("Cache-Control", "public, max-age=300")
 	h.Set("X-Content-Type-Options", "nosniff")
-	_, err := w.Write(body)
+	if e, ok := w.(*exchange); ok && e.gzip != gzipNo && e.gzips(http.StatusOK, len(a.body)) {
+		return e.writeEncoded(http.StatusOK, nil, a.gz())
+	}
+	h.Set("Content-Length", strconv.Itoa(len(a.body)))
+	_, err := w.Write(a.body)
 	return err
 }

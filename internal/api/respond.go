@@ -166,19 +166,17 @@ func writeRaw(w http.ResponseWriter, status int, data []byte, meta *Meta) error 
 	buf := bufPool.Get().(*bytes.Buffer)
 	defer bufPool.Put(buf)
 	buf.Reset()
-	buf.WriteString(`{"success":true,"data":`)
+	buf.WriteString(envelopeHead)
 	buf.Write(data)
-	buf.WriteString(`,"meta":`)
+	buf.WriteString(envelopeMid)
 	buf.Write(meta.appendJSON(buf.AvailableBuffer()))
-	buf.WriteString("}\n")
+	buf.WriteString(envelopeEnd)
 	h := w.Header()
 	h["Content-Type"] = hdrJSON
 	if buf.Len() > smallBody {
 		h["Content-Length"] = []string{strconv.Itoa(buf.Len())}
 	}
-	w.WriteHeader(status)
-	_, err := w.Write(buf.Bytes())
-	return err
+	return writeBody(w, status, buf.Bytes())
 }
 
 // writeData encodes data into a success envelope.
@@ -270,6 +268,5 @@ write:
 	if code.Status() == http.StatusUnauthorized {
 		h.Set("WWW-Authenticate", `Bearer realm="coinpulse"`) // RFC 9110 §15.5.2
 	}
-	w.WriteHeader(code.Status())
-	w.Write(append(b, '\n'))
+	writeBody(w, code.Status(), append(b, '\n'))
 }

@@ -550,7 +550,11 @@ type exchange struct {
 	// capturing is set while the request holds an Idempotency-Key:
 	// captured keeps the answer's body, to be kept under the key.
 	capturing bool
-	captured  []byte
+	// gzip is what the request's Accept-Encoding says of gzip (gzipNo
+	// for a request without one, and for a HEAD): see gzips. (Beside
+	// capturing, it takes no room.)
+	gzip     gzipAccept
+	captured []byte
 }
 
 // looked records that s set the rate-limit headers for r, from a look at
@@ -599,13 +603,19 @@ func (e *exchange) WriteHeader(status int) {
 }
 
 func (e *exchange) Write(b []byte) (int, error) {
+	if e.capturing {
+		e.captured = append(e.captured, b...)
+	}
+	return e.write(b)
+}
+
+// write writes b without keeping it for an Idempotency-Key (see
+// writeEncoded).
+func (e *exchange) write(b []byte) (int, error) {
 	if !e.wrote {
 		e.begin() // the answer begins here: an implicit 200
 	}
 	e.wrote = true
-	if e.capturing {
-		e.captured = append(e.captured, b...)
-	}
 	var n int
 	var err error
 	if e.writeTimeout <= 0 || e.unrenewed+len(b) <= writeStep {
@@ -729,6 +739,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header()["X-Request-Id"] = []string{id}
 	e := &exchange{ResponseWriter: w, id: id, status: http.StatusOK, start: time.Now(), writeTimeout: s.writeTimeout}
+	if ae, ok := r.Header["Accept-Encoding"]; ok && r.Method != http.MethodHead {
+		e.gzip = parseAcceptEncoding(ae)
+	}
 	defer s.recoverPanic(e, r)
 	if r.Body != nil && r.Body != http.NoBody {
 		// The handlers get a copy of the request with the wrapped body:
