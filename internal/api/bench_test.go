@@ -2,6 +2,8 @@ package api
 
 import (
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"io"
@@ -16,6 +18,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"coinpulse"
+	"coinpulse/internal/feed/sim"
 	"coinpulse/internal/ledger"
 	"coinpulse/internal/market"
 	"coinpulse/internal/meter"
@@ -342,3 +345,103 @@ func benchmarkBuy(b *testing.B, keyed bool) {
 func BenchmarkBuy(b *testing.B) { benchmarkBuy(b, false) }
 
 func BenchmarkBuyIdempotent(b *testing.B) { benchmarkBuy(b, true) }
+
+// fixedBenchServer is a server over a market engine of its own, over the
+// shared store, that never refreshes: its snapshot, and the answers it
+// keeps, last the whole benchmark (the shared engine refreshes every
+// 200 ms, and a history's first answer after a refresh reads the store).
+func fixedBenchServer(b *testing.B) *Server {
+	b.Helper()
+	testServer(&testing.T{})
+	feed, err := sim.New(1, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	engine := market.New(market.Config{Feed: feed, Store: shared.store, Log: quiet, Refresh: time.Hour, MinMoverVolume: 50_000})
+	if err := engine.Load(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return New(Config{Store: shared.store, Market: engine, Log: quiet})
+}
+
+// countingDiscard is discard that counts the body's bytes.
+type countingDiscard struct {
+	discard
+	n int
+}
+
+func (d *countingDiscard) Write(b []byte) (int, error) { d.n += len(b); return len(b), nil }
+
+// Large answers with and without gzip, through the handler (no network):
+// the largest history (about 640 KB) and the largest page of /markets
+// (about 105 KB). With gzip, each answer after a snapshot's first copies
+// the bytes deflated once for the snapshot and appends its meta; the
+// bytes sent are reported as B/answer.
+func BenchmarkHistoryGzip(b *testing.B) {
+	srv := fixedBenchServer(b)
+	h := srv.Handler()
+	key := proKey(&testing.T{})
+	for _, bc := range []struct{ name, target string }{
+		{"history-max", "/api/v1/coins/bitcoin/history?days=max"},
+		{"markets-250", "/api/v1/markets?per_page=250"},
+	} {
+		for _, ae := range []string{"", "gzip"} {
+			name := bc.name + "/identity"
+			if ae != "" {
+				name = bc.name + "/gzip"
+			}
+			b.Run(name, func(b *testing.B) {
+				req := httptest.NewRequest("GET", bc.target, nil)
+				req.Header.Set("Authorization", "Bearer "+key)
+				if ae != "" {
+					req.Header.Set("Accept-Encoding", ae)
+				}
+				w := &countingDiscard{discard: discard{h: http.Header{}}}
+				h.ServeHTTP(w, req) // warm the key cache and the memo
+				if enc := w.h.Get("Content-Encoding"); enc != ae {
+					b.Fatalf("Content-Encoding %q, want %q", enc, ae)
+				}
+				w.n = 0
+				b.ReportAllocs()
+				b.ResetTimer()
+				for b.Loop() {
+					clear(w.h)
+					h.ServeHTTP(w, req)
+				}
+				b.ReportMetric(float64(w.n)/float64(b.N), "B/answer")
+			})
+		}
+	}
+}
+
+// Compressing a whole answer as it is sent, by level: what an answer that
+// is not memoised costs (portfolios, alerts, a snapshot's first answer
+// to a key), on the largest history and page of /markets.
+func BenchmarkGzipLevels(b *testing.B) {
+	srv := fixedBenchServer(b)
+	key := proKey(&testing.T{})
+	for _, bc := range []struct{ name, target string }{
+		{"history-max", "/api/v1/coins/bitcoin/history?days=max"},
+		{"markets-250", "/api/v1/markets?per_page=250"},
+	} {
+		res := do(&testing.T{}, srv, "GET", bc.target, key)
+		for _, level := range []struct {
+			name  string
+			level int
+		}{{"best-speed", gzip.BestSpeed}, {"default", gzip.DefaultCompression}, {"best", gzip.BestCompression}} {
+			b.Run(bc.name+"/"+level.name, func(b *testing.B) {
+				var buf bytes.Buffer
+				zw, _ := gzip.NewWriterLevel(&buf, level.level)
+				b.SetBytes(int64(len(res.Raw)))
+				b.ReportAllocs()
+				for b.Loop() {
+					buf.Reset()
+					zw.Reset(&buf)
+					zw.Write(res.Raw)
+					zw.Close()
+				}
+				b.ReportMetric(float64(buf.Len()), "B/answer")
+			})
+		}
+	}
+}
