@@ -56,7 +56,7 @@ import (
 const gzipMin = 1024
 
 // Levels (measured in bench/README.md, Compression): an answer compressed
-// as it is sent takes gzip.BestSpeed, 2.5 to 3 times as fast as the
+// as it is sent takes gzip.BestSpeed, 2 to 3 times as fast as the
 // default level for 11 to 20% more bytes; a memoised market answer,
 // compressed once per snapshot for every client that asks for it, takes
 // the default level, and the embedded documents, compressed once per
