@@ -18,7 +18,6 @@ import (
 	"github.com/shopspring/decimal"
 
 	"coinpulse"
-	"coinpulse/internal/feed/sim"
 	"coinpulse/internal/ledger"
 	"coinpulse/internal/market"
 	"coinpulse/internal/meter"
@@ -346,22 +345,13 @@ func BenchmarkBuy(b *testing.B) { benchmarkBuy(b, false) }
 
 func BenchmarkBuyIdempotent(b *testing.B) { benchmarkBuy(b, true) }
 
-// fixedBenchServer is a server over a market engine of its own, over the
-// shared store, that never refreshes: its snapshot, and the answers it
-// keeps, last the whole benchmark (the shared engine refreshes every
-// 200 ms, and a history's first answer after a refresh reads the store).
+// fixedBenchServer is a server over fixedEngine, which never refreshes:
+// its snapshot, and the answers it keeps, last the whole benchmark (the
+// shared engine refreshes every 200 ms, and a history's first answer
+// after a refresh reads the store).
 func fixedBenchServer(b *testing.B) *Server {
 	b.Helper()
-	testServer(&testing.T{})
-	feed, err := sim.New(1, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	engine := market.New(market.Config{Feed: feed, Store: shared.store, Log: quiet, Refresh: time.Hour, MinMoverVolume: 50_000})
-	if err := engine.Load(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	return New(Config{Store: shared.store, Market: engine, Log: quiet})
+	return New(Config{Store: shared.store, Market: fixedEngine(b), Log: quiet})
 }
 
 // countingDiscard is discard that counts the body's bytes.
