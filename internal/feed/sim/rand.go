@@ -22,6 +22,7 @@ const (
 	streamVolume
 	streamParams
 	streamBlock
+	streamPeg
 )
 
 func mix(seed, coin, stream uint64, idx int64) uint64 {

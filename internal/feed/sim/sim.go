@@ -5,8 +5,10 @@
 // reference price at Anchor, with every step drawn from a hash of (seed,
 // coin, hour). Between grid points the price follows a Brownian bridge;
 // before the 90-day hourly region that ends at Anchor the path is a daily
-// Brownian bridge down to the coin's listing price. The price at any time is
-// therefore a pure function of the seed, the coin and the time.
+// Brownian bridge down to the coin's listing price. A pegged coin (a wrapped
+// or staked token, see peg) has no walk of its own: its price is its
+// underlying's times a fixed ratio and a tiny deviation. The price at any
+// time is therefore a pure function of the seed, the coin and the time.
 package sim
 
 import (
@@ -24,7 +26,8 @@ var Anchor = time.Date(2025, 11, 1, 0, 0, 0, 0, time.UTC)
 
 // algorithm versions the path construction: the engine's saved state and
 // stored history are reused only by the same version (see String).
-const algorithm = 3
+// Version 4 pegs wrapped and staked tokens to their underlying.
+const algorithm = 4
 
 // hourlyRegion is how far before Anchor the hourly grid reaches; before it
 // the path is drawn on a daily grid.
@@ -131,11 +134,37 @@ func (f *Feed) History(_ context.Context, info coinpulse.CoinInfo, interval coin
 // point computes the coin's figures at t, moving w there.
 func (f *Feed) point(c *coin, w *walker, t time.Time, noise bool) coinpulse.HistoryPoint {
 	l := w.logAt(t, noise)
+	if c.peg != nil {
+		l += c.peg.logRatio + math.Log1p(c.peg.deviation(f.seed, c.key, t))
+	}
 	price := math.Exp(l)
 	mcap := price * c.info.CirculatingSupply
 	hour := int64(math.Floor(t.Sub(Anchor).Hours()))
 	volume := mcap * c.turnover * math.Exp(0.3*normal(f.seed, c.key, streamVolume, hour))
 	return coinpulse.HistoryPoint{Timestamp: t, Price: price, MarketCap: mcap, TotalVolume: volume}
+}
+
+// deviation is the pegged coin's relative deviation from ratio × its
+// underlying's price at t, within ±maxDev: a draw on each hour of the grid
+// (the sum of two uniform draws, so mostly well inside the bound), zero at
+// Anchor (where every coin trades at its reference price) and linear in
+// between. It uses the pegged coin's own key, so two tokens of the same
+// coin deviate differently.
+func (p *peg) deviation(seed, key uint64, t time.Time) float64 {
+	x := t.Sub(Anchor).Hours()
+	k := math.Floor(x)
+	at := func(k int64) float64 {
+		if k == 0 {
+			return 0
+		}
+		h := mix(seed, key, streamPeg, k)
+		return p.maxDev * (uniform(h) + uniform(splitmix(h)) - 1)
+	}
+	a := at(int64(k))
+	if frac := x - k; frac != 0 {
+		return a + frac*(at(int64(k)+1)-a)
+	}
+	return a
 }
 
 // walker evaluates one coin's path, remembering where it last was so that
@@ -150,7 +179,7 @@ func (f *Feed) point(c *coin, w *walker, t time.Time, noise bool) coinpulse.Hist
 // costs one draw.
 type walker struct {
 	f *Feed
-	c *coin
+	c *coin // whose walk: a pegged coin's underlying
 	// block level: the log-price lb at hour blk*blockHours
 	blk int64
 	lb  float64
@@ -170,7 +199,12 @@ type walker struct {
 
 const blockHours = 24
 
+// newWalker returns a walker at the anchor on the path of c, or of its
+// underlying if c is pegged (point then applies the peg).
 func (f *Feed) newWalker(c *coin) *walker {
+	if c.peg != nil {
+		c = c.peg.under
+	}
 	return &walker{f: f, c: c, lb: math.Log(c.ref)}
 }
 

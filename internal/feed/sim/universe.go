@@ -15,7 +15,8 @@ import (
 // universe.csv lists the few hundred largest real coins with reference
 // figures written by us from public knowledge (late 2025): price, supplies,
 // annualised volatility, the date their history begins and the price then,
-// and turnover (24 h volume / market cap).
+// turnover (24 h volume / market cap) and, for a wrapped, bridged or staked
+// token, the id of the coin it tracks (pegged_to; see peg).
 //
 //go:embed universe.csv
 var universeCSV string
@@ -37,9 +38,35 @@ type coin struct {
 	sigmaD    float64 // volatility per day (log)
 	listPrice float64
 	turnover  float64
+	peg       *peg // nil: the coin walks on its own
 }
 
-var universeColumns = []string{"id", "symbol", "name", "price_usd", "circulating_supply", "total_supply", "max_supply", "annual_volatility", "listed", "listing_price_usd", "turnover"}
+// peg makes a coin track another: a wrapped, bridged or (liquid-)staked
+// token of a coin in the universe. Its price is the underlying's simulated
+// price times ratio, times 1 + a small deterministic deviation (see
+// deviation), so it can never drift away from what it tracks.
+//
+// ratio is the ratio of the two reference prices in universe.csv (1 for a
+// plain wrapper, about 1.22 for wstETH), so that the coin still trades at
+// its reference price at Anchor. It is fixed: the slow accrual of staking
+// yield is not modelled. The underlying must walk on its own (no chains)
+// and be listed no later than the pegged coin, whose annual_volatility and
+// listing_price_usd are left empty: both come from the underlying.
+type peg struct {
+	under    *coin
+	ratio    float64
+	logRatio float64
+	// maxDev bounds the deviation: maxPegDeviation, or one hourly standard
+	// deviation of the underlying if that is less (a staked stablecoin
+	// must not jitter more than the stablecoin does).
+	maxDev float64
+}
+
+// maxPegDeviation is the largest relative deviation of a pegged coin's
+// price from ratio × its underlying's.
+const maxPegDeviation = 0.003
+
+var universeColumns = []string{"id", "symbol", "name", "price_usd", "circulating_supply", "total_supply", "max_supply", "annual_volatility", "listed", "listing_price_usd", "turnover", "pegged_to"}
 
 // parseUniverse reads the bundled CSV.
 func parseUniverse(text string) ([]*coin, error) {
@@ -53,6 +80,8 @@ func parseUniverse(text string) ([]*coin, error) {
 	}
 	seen := map[string]bool{}
 	var coins []*coin
+	peggedTo := map[*coin]string{}
+	lineOf := map[*coin]int{}
 	for i, row := range rows[1:] {
 		line := i + 2
 		num := func(col int, optional bool) (float64, *float64, error) {
@@ -71,6 +100,7 @@ func parseUniverse(text string) ([]*coin, error) {
 			return nil, fmt.Errorf("universe.csv line %d: empty or duplicate id %q", line, c.info.ID)
 		}
 		seen[c.info.ID] = true
+		pegged := strings.TrimSpace(row[11])
 		var vol float64
 		if c.ref, _, err = num(3, false); err != nil {
 			return nil, err
@@ -84,23 +114,62 @@ func parseUniverse(text string) ([]*coin, error) {
 		if _, c.info.MaxSupply, err = num(6, true); err != nil {
 			return nil, err
 		}
-		if vol, _, err = num(7, false); err != nil {
+		if vol, _, err = num(7, pegged != ""); err != nil {
 			return nil, err
 		}
 		if c.info.ListedAt, err = time.Parse("2006-01-02", row[8]); err != nil {
 			return nil, fmt.Errorf("universe.csv line %d: listed: %w", line, err)
 		}
-		if c.listPrice, _, err = num(9, false); err != nil {
+		if c.listPrice, _, err = num(9, pegged != ""); err != nil {
 			return nil, err
 		}
 		if c.turnover, _, err = num(10, false); err != nil {
 			return nil, err
 		}
-		c.setVolatility(vol)
+		if pegged != "" {
+			if vol != 0 || c.listPrice != 0 {
+				return nil, fmt.Errorf("universe.csv line %d: %s is pegged to %s: leave annual_volatility and listing_price_usd empty, they come from %s", line, c.info.ID, pegged, pegged)
+			}
+			peggedTo[c], lineOf[c] = pegged, line
+		} else {
+			c.setVolatility(vol)
+		}
 		c.key = hashString(c.info.ID)
 		coins = append(coins, c)
 	}
+	if err := resolvePegs(coins, peggedTo, lineOf); err != nil {
+		return nil, err
+	}
 	return coins, nil
+}
+
+// resolvePegs links each pegged coin to its underlying.
+func resolvePegs(coins []*coin, peggedTo map[*coin]string, lineOf map[*coin]int) error {
+	byID := make(map[string]*coin, len(coins))
+	for _, c := range coins {
+		byID[c.info.ID] = c
+	}
+	for _, c := range coins {
+		id, ok := peggedTo[c]
+		if !ok {
+			continue
+		}
+		u := byID[id]
+		switch {
+		case u == nil:
+			return fmt.Errorf("universe.csv line %d: %s is pegged to %q, which is not in the universe", lineOf[c], c.info.ID, id)
+		case u == c:
+			return fmt.Errorf("universe.csv line %d: %s is pegged to itself", lineOf[c], c.info.ID)
+		case peggedTo[u] != "":
+			return fmt.Errorf("universe.csv line %d: %s is pegged to %s, which is itself pegged (to %s)", lineOf[c], c.info.ID, id, peggedTo[u])
+		case c.info.ListedAt.Before(u.info.ListedAt):
+			return fmt.Errorf("universe.csv line %d: %s (listed %s) is pegged to %s, listed later (%s)", lineOf[c], c.info.ID, c.info.ListedAt.Format(time.DateOnly), id, u.info.ListedAt.Format(time.DateOnly))
+		}
+		ratio := c.ref / u.ref
+		c.peg = &peg{under: u, ratio: ratio, logRatio: math.Log(ratio), maxDev: math.Min(maxPegDeviation, u.sigmaH)}
+		c.sigmaD, c.sigmaH = u.sigmaD, u.sigmaH // its volatility; the path uses the underlying's
+	}
+	return nil
 }
 
 func (c *coin) setVolatility(annual float64) {

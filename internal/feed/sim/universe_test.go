@@ -1,17 +1,19 @@
 package sim
 
 import (
+	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 )
 
-const header = "id,symbol,name,price_usd,circulating_supply,total_supply,max_supply,annual_volatility,listed,listing_price_usd,turnover"
+const header = "id,symbol,name,price_usd,circulating_supply,total_supply,max_supply,annual_volatility,listed,listing_price_usd,turnover,pegged_to"
 
 func TestParseUniverse(t *testing.T) {
-	const good = "bitcoin,BTC,Bitcoin,92000,19955000,19955000,21000000,0.5,2013-04-28,135.3,0.035"
-	const other = "ethereum,eth,Ethereum,3100,120700000,120700000,,0.7,2015-08-07,2.83,0.07"
+	const good = "bitcoin,BTC,Bitcoin,92000,19955000,19955000,21000000,0.5,2013-04-28,135.3,0.035,"
+	const other = "ethereum,eth,Ethereum,3100,120700000,120700000,,0.7,2015-08-07,2.83,0.07,"
+	const wrapped = "wrapped-bitcoin,wbtc,Wrapped Bitcoin,92000,127000,127000,,,2019-01-31,,0.02,bitcoin"
 	tests := []struct {
 		name    string
 		text    string
@@ -19,7 +21,7 @@ func TestParseUniverse(t *testing.T) {
 	}{
 		{"valid", header + "\n" + good + "\n" + other + "\n", ""},
 		{"wrong header", strings.Replace(header, "price_usd", "price", 1) + "\n" + good + "\n", "header must be"},
-		{"missing column", strings.TrimSuffix(header, ",turnover") + "\n" + strings.TrimSuffix(good, ",0.035") + "\n", "header must be"},
+		{"missing column", strings.TrimSuffix(header, ",pegged_to") + "\n" + strings.TrimSuffix(good, ",") + "\n", "header must be"},
 		{"header only", header + "\n", "header must be"},
 		{"empty", "", "header must be"},
 		{"duplicate id", header + "\n" + good + "\n" + other + "\n" + good + "\n", `line 4: empty or duplicate id "bitcoin"`},
@@ -28,10 +30,18 @@ func TestParseUniverse(t *testing.T) {
 		{"negative supply", header + "\n" + strings.Replace(good, ",19955000,19955000,", ",-1,19955000,", 1) + "\n", `circulating_supply "-1" is not a positive number`},
 		{"infinite volatility", header + "\n" + strings.Replace(good, ",0.5,", ",Inf,", 1) + "\n", `annual_volatility "Inf" is not a positive number`},
 		{"NaN turnover", header + "\n" + strings.Replace(good, ",0.035", ",NaN", 1) + "\n", `turnover "NaN" is not a positive number`},
+		{"missing volatility", header + "\n" + strings.Replace(good, ",0.5,", ",,", 1) + "\n", `annual_volatility "" is not a positive number`},
 		{"missing listing price", header + "\n" + strings.Replace(good, ",135.3,", ",,", 1) + "\n", `listing_price_usd "" is not a positive number`},
 		{"bad date", header + "\n" + strings.Replace(good, "2013-04-28", "28/04/2013", 1) + "\n", "line 2: listed:"},
 		{"impossible date", header + "\n" + other + "\n" + strings.Replace(good, "2013-04-28", "2013-02-30", 1) + "\n", "line 3: listed:"},
 		{"ragged row", header + "\n" + good + ",extra\n", "universe.csv"},
+		{"pegged to an unknown coin", header + "\n" + good + "\n" + strings.Replace(wrapped, ",bitcoin", ",bitcoin-2", 1) + "\n", `line 3: wrapped-bitcoin is pegged to "bitcoin-2", which is not in the universe`},
+		{"pegged to itself", header + "\n" + good + "\n" + strings.Replace(wrapped, ",bitcoin", ",wrapped-bitcoin", 1) + "\n", "line 3: wrapped-bitcoin is pegged to itself"},
+		{"pegged to a pegged coin", header + "\n" + good + "\n" + wrapped + "\n" + "wwbtc,wwbtc,Wrapped WBTC,92000,1,1,,,2020-01-01,,0.01,wrapped-bitcoin\n", "line 4: wwbtc is pegged to wrapped-bitcoin, which is itself pegged (to bitcoin)"},
+		{"pegged before its underlying", header + "\n" + good + "\n" + strings.Replace(wrapped, "2019-01-31", "2012-01-31", 1) + "\n", "line 3: wrapped-bitcoin (listed 2012-01-31) is pegged to bitcoin, listed later (2013-04-28)"},
+		{"pegged with a volatility", header + "\n" + good + "\n" + strings.Replace(wrapped, ",,,2019", ",,0.5,2019", 1) + "\n", "line 3: wrapped-bitcoin is pegged to bitcoin: leave annual_volatility and listing_price_usd empty"},
+		{"pegged with a listing price", header + "\n" + good + "\n" + strings.Replace(wrapped, ",,0.02,", ",3450,0.02,", 1) + "\n", "line 3: wrapped-bitcoin is pegged to bitcoin: leave annual_volatility and listing_price_usd empty"},
+		{"pegged with a bad price", header + "\n" + good + "\n" + strings.Replace(wrapped, ",92000,", ",0,", 1) + "\n", `line 3: price_usd "0" is not a positive number`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -223,5 +233,42 @@ func TestUniqueSymbolAndName(t *testing.T) {
 	want := []string{"Zomo Chain", "Zomo Network", "Zomo Protocol", "Zomo Finance", "Zomo Swap", "Zomo AI", "Zomo DAO", "Zomo Verse", "Zomo Coin", "Zomo Token 2", "Zomo Token 3"}
 	if !slices.Equal(got, want) {
 		t.Errorf("names for Zomo with Zomo Token taken = %v, want %v", got, want)
+	}
+}
+
+func TestParsePegged(t *testing.T) {
+	// A pegged coin may come before its underlying in the file.
+	text := header + "\n" +
+		"wrapped-steth,wsteth,Wrapped stETH,3780,3300000,3300000,,,2021-02-23,,0.01,ethereum\n" +
+		"ethereum,eth,Ethereum,3100,120700000,120700000,,0.7,2015-08-07,2.83,0.07,\n" +
+		"ethena-usde,usde,Ethena USDe,1.0,6500000000,6500000000,,0.008,2024-02-16,1.0,0.04,\n" +
+		"ethena-staked-usde,susde,Ethena Staked USDe,1.2,3500000000,3500000000,,,2024-02-20,,0.01, ethena-usde \n"
+	coins, err := parseUniverse(text)
+	if err != nil {
+		t.Fatalf("parseUniverse: %v", err)
+	}
+	wsteth, eth, usde, susde := coins[0], coins[1], coins[2], coins[3]
+	if eth.peg != nil || usde.peg != nil {
+		t.Errorf("ethereum or ethena-usde pegged: %+v %+v", eth.peg, usde.peg)
+	}
+	for _, tt := range []struct {
+		c, under *coin
+		ratio    float64
+		maxDev   float64
+	}{
+		{wsteth, eth, 3780.0 / 3100, maxPegDeviation},
+		{susde, usde, 1.2, 0.008 / math.Sqrt(365*24)}, // below 0.3 %: the stablecoin's hourly volatility
+	} {
+		p := tt.c.peg
+		if p == nil {
+			t.Errorf("%s: not pegged", tt.c.info.ID)
+			continue
+		}
+		if p.under != tt.under || math.Abs(p.ratio-tt.ratio) > 1e-15 || math.Abs(p.logRatio-math.Log(tt.ratio)) > 1e-15 || math.Abs(p.maxDev-tt.maxDev) > 1e-18 {
+			t.Errorf("%s: pegged to %s × %v (log %v), deviation %v; want %s × %v, deviation %v", tt.c.info.ID, p.under.info.ID, p.ratio, p.logRatio, p.maxDev, tt.under.info.ID, tt.ratio, tt.maxDev)
+		}
+		if tt.c.sigmaH != tt.under.sigmaH || tt.c.sigmaD != tt.under.sigmaD || tt.c.listPrice != 0 {
+			t.Errorf("%s: sigma %v/%v list price %v; want the underlying's sigma %v/%v and no listing price", tt.c.info.ID, tt.c.sigmaH, tt.c.sigmaD, tt.c.listPrice, tt.under.sigmaH, tt.under.sigmaD)
+		}
 	}
 }
