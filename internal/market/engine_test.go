@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -769,6 +770,94 @@ func TestEngineOtherSeedBackfillsAgain(t *testing.T) {
 	btc := lookup(t, e.Current(), "bitcoin")
 	if btc.PriceChangePercentage24h == nil || btc.PriceChangePercentage1y == nil {
 		t.Errorf("bitcoin 24 h / 1 y change after re-backfill = %v / %v, want known", btc.PriceChangePercentage24h, btc.PriceChangePercentage1y)
+	}
+}
+
+// oldSimFeed is the sim feed as a build before pegging (algorithm 3) saw
+// it: its fingerprint, and wrapped bitcoin walking on its own far above
+// bitcoin, as the audit found it.
+type oldSimFeed struct{ *spyFeed }
+
+const oldWBTCScale = 1.9
+
+func (o oldSimFeed) String() string { return "sim/v3(seed=1, coins=1000, universe=227c5a90)" }
+
+func (o oldSimFeed) Quotes(ctx context.Context, now time.Time) ([]coinpulse.Quote, error) {
+	qs, err := o.spyFeed.Quotes(ctx, now)
+	for i := range qs {
+		if qs[i].CoinID == "wrapped-bitcoin" {
+			qs[i].Price *= oldWBTCScale
+			qs[i].MarketCap *= oldWBTCScale
+		}
+	}
+	return qs, err
+}
+
+func (o oldSimFeed) History(ctx context.Context, info coinpulse.CoinInfo, interval coinpulse.Interval, from, to time.Time) ([]coinpulse.HistoryPoint, error) {
+	pts, err := o.spyFeed.History(ctx, info, interval, from, to)
+	if info.ID == "wrapped-bitcoin" {
+		for i := range pts {
+			pts[i].Price *= oldWBTCScale
+			pts[i].MarketCap *= oldWBTCScale
+		}
+	}
+	return pts, err
+}
+
+// An upgrade to the pegged simulation: the saved state's fingerprint is
+// another, so the engine backfills every coin instead of mixing the old
+// paths with the new, and a wrapped token's stored history, price and
+// extremes all follow what it wraps.
+func TestEngineUpgradeToPeggedBackfills(t *testing.T) {
+	t.Parallel()
+	store := openStore(t, filepath.Join(t.TempDir(), "db"))
+	old := New(Config{Feed: oldSimFeed{newSpy(t, 1)}, Store: store, Clock: func() time.Time { return start }, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err := old.Load(context.Background()); err != nil {
+		t.Fatalf("load the old build: %v", err)
+	}
+	if wbtc, btc := lookup(t, old.Current(), "wrapped-bitcoin"), lookup(t, old.Current(), "bitcoin"); wbtc.CurrentPrice < 1.5*btc.CurrentPrice {
+		t.Fatalf("old build: wrapped bitcoin %v, bitcoin %v; want the old drift", wbtc.CurrentPrice, btc.CurrentPrice)
+	}
+
+	later := start.Add(3 * time.Hour)
+	feed := newSpy(t, 1)
+	if old, cur := (oldSimFeed{}).String(), feed.String(); old == cur || !strings.HasPrefix(cur, "sim/v4(") {
+		t.Fatalf("fingerprint %q after pegging, %q before; want a new version", cur, old)
+	}
+	e := loadEngine(t, feed, store, &fakeClock{t: later}, 0)
+	hourly := map[string]time.Time{}
+	for _, c := range feed.take() {
+		if c.interval == coinpulse.Hourly {
+			hourly[c.id] = c.from
+		}
+	}
+	if got, want := hourly["wrapped-bitcoin"], later.Add(-HourlyWindow-time.Hour); len(hourly) != 1000 || !got.Equal(want) {
+		t.Errorf("backfilled hourly history of %d coins, wrapped bitcoin's from %v; want all 1000 from %v", len(hourly), got, want)
+	}
+	wbtcInfo, _ := e.Current().Lookup("wrapped-bitcoin")
+	for _, iv := range []coinpulse.Interval{coinpulse.Hourly, coinpulse.Daily} {
+		from := later.Add(-HourlyWindow)
+		if iv == coinpulse.Daily {
+			from = wbtcInfo.HistoryStart
+		}
+		samePoints(t, "wrapped bitcoin "+string(iv)+" history after the upgrade",
+			feedHistory(t, feed.Feed, "wrapped-bitcoin", iv, from, later),
+			storedHistory(t, store, "wrapped-bitcoin", iv, from, later))
+	}
+	wbtc, btc := lookup(t, e.Current(), "wrapped-bitcoin"), lookup(t, e.Current(), "bitcoin")
+	near := func(what string, got, want float64) {
+		t.Helper()
+		if math.Abs(got/want-1) > 0.003+1e-9 {
+			t.Errorf("wrapped bitcoin %s %v, bitcoin's %v; want within 0.3 %%", what, got, want)
+		}
+	}
+	near("price", wbtc.CurrentPrice, btc.CurrentPrice)
+	// Bitcoin's all-time high (of seed 1) is after wrapped bitcoin's
+	// listing, so the two highs are the same within the deviation; its low
+	// is long before, so wrapped bitcoin's is higher.
+	near("all-time high", wbtc.ATH, btc.ATH)
+	if wbtc.ATL < btc.ATL || wbtc.ATLDate.Before(wbtcInfo.HistoryStart) {
+		t.Errorf("wrapped bitcoin all-time low %v on %v, bitcoin's %v; want one since its listing", wbtc.ATL, wbtc.ATLDate, btc.ATL)
 	}
 }
 
