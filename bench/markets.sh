@@ -8,6 +8,9 @@
 # Environment: DURATION (15s), CONNS (64), THREADS (2), LOW_CONNS (8),
 # ROUNDS (2: nginx, coinpulse, nginx, coinpulse), COINS (10000),
 # READY_TIMEOUT and SAVE_TIMEOUT seconds (300, 180), LOG_LEVEL (info),
+# LIMITS (on: rate limits and metering on, as served, with the bench
+# account's tier pro lifted to 100,000,000 calls a second and a minute
+# and an unlimited month so that wrk is never refused; off: --limits off),
 # STRICT=1 to exit 1 when a goal is missed (by default only a broken run
 # exits non-zero).
 # See bench/README.md for what is measured and the goals.
@@ -22,6 +25,8 @@ COINS=${COINS:-10000}
 READY_TIMEOUT=${READY_TIMEOUT:-300}
 SAVE_TIMEOUT=${SAVE_TIMEOUT:-180}
 STRICT=${STRICT:-0}
+LIMITS=${LIMITS:-on}
+[[ $LIMITS == on || $LIMITS == off ]] || { echo "LIMITS must be on or off" >&2; exit 2; }
 # info, not warn: the engine logs only start-up events at info ("backfilling
 # history", "market data ready"), which tell when the state is saved and
 # whether a start backfilled; there is no per-request logging at info.
@@ -72,6 +77,7 @@ need=()
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
 command -v nginx >/dev/null 2>&1 || [[ -x /usr/sbin/nginx ]] || need+=(nginx)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v jq >/dev/null 2>&1 || need+=(jq)
 if ((${#need[@]})); then
 	log "installing ${need[*]} from Debian"
 	export DEBIAN_FRONTEND=noninteractive
@@ -272,8 +278,18 @@ log "state saved at ${T_SAVED}s (peak RSS ${HWM_FRESH_SAVED} MB)"
 stop_server
 DATA_SIZE=$(du -sh "$DATA" | cut -f1)
 
-log "warm start, --sim-coins $COINS (same data dir, $DATA_SIZE)"
-start_server warm "$DATA" "$PORT" --sim-coins "$COINS"
+# The plan of the bench account: pro, whose limits would refuse most of
+# wrk's calls, lifted so that none is (LIMITS=on).
+PLANS=$TMP/plans.json
+jq '(.plans[] | select(.tier == "pro")) |= (.per_second = 100000000 | .per_minute = 100000000 | .monthly_calls = "unlimited")' \
+	plans/default.json >"$PLANS"
+[[ $(jq -r '.plans[] | select(.tier == "pro") | "\(.per_second) \(.per_minute) \(.monthly_calls)"' "$PLANS") == "100000000 100000000 unlimited" ]] ||
+	die "could not lift the pro plan in $PLANS"
+LIMIT_FLAGS=(--plans "$PLANS")
+[[ $LIMITS == off ]] && LIMIT_FLAGS=(--limits off)
+
+log "warm start, --sim-coins $COINS (same data dir, $DATA_SIZE), limits $LIMITS"
+start_server warm "$DATA" "$PORT" --sim-coins "$COINS" "${LIMIT_FLAGS[@]}"
 T_WARM=$(wait_ready "$PORT")
 CPU_WARM=$(cpu_secs "$SERVER_PID")
 BF_WARM=$(backfilled warm)
@@ -422,6 +438,11 @@ cpu_line() {
 	echo "load average (1/5/15 min) at start: $LOAD_START; at end: $(loadavg)"
 	echo "wrk: -t$THREADS -c$CONNS -d$DURATION --latency (keep-alive); moderate load -c$LOW_CONNS; best of $ROUNDS alternating runs"
 	echo "body: GET $PATH_Q, $BODY_BYTES bytes, $ITEMS items; universe $COINS coins; serve --log-level $LOG_LEVEL"
+	if [[ $LIMITS == on ]]; then
+		echo "limits: on (rate limits and metering, the nine header entries), tier pro lifted to 100000000 calls a second and a minute, monthly unlimited"
+	else
+		echo "limits: off (--limits off)"
+	fi
 	echo
 	printf '%-42s %14s %14s %7s\n' "throughput (-c$CONNS)" nginx coinpulse ratio
 	printf '%-42s %14s %14s %7s\n' "  requests/s (best of $ROUNDS)" "$NG_RPS" "$CP_RPS" "$RATIO"
