@@ -126,16 +126,18 @@ type resp struct {
 
 func (c *client) do(method, path string, form url.Values, header ...string) *resp {
 	c.t.Helper()
-	var body io.Reader
-	if form != nil {
-		body = strings.NewReader(form.Encode())
+	if form == nil {
+		return c.doBody(method, path, "", header...)
 	}
-	req, err := http.NewRequest(method, c.e.srv.URL+path, body)
+	return c.doBody(method, path, form.Encode(), append([]string{"Content-Type", "application/x-www-form-urlencoded"}, header...)...)
+}
+
+// doBody sends body (none when empty) with header's name, value pairs.
+func (c *client) doBody(method, path, body string, header ...string) *resp {
+	c.t.Helper()
+	req, err := http.NewRequest(method, c.e.srv.URL+path, strings.NewReader(body))
 	if err != nil {
 		c.t.Fatal(err)
-	}
-	if form != nil {
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -113,24 +112,6 @@ func (e *env) clientFrom(addr string) *client {
 func (c *client) jsonPost(path, token, body string) *resp {
 	c.t.Helper()
 	return c.doBody("POST", path, body, "Content-Type", "application/json", "X-CSRF-Token", token)
-}
-
-func (c *client) doBody(method, path, body string, header ...string) *resp {
-	c.t.Helper()
-	req, err := http.NewRequest(method, c.e.srv.URL+path, strings.NewReader(body))
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	res, err := c.c.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	return &resp{status: res.StatusCode, header: res.Header, body: string(b)}
 }
 
 // The dashboard logs its security events, one line each, with a stable
