@@ -308,17 +308,18 @@ func newGzipPrefix(c *cached) *gzipPrefix {
 // stored block that holds an answer's meta.
 var storedBlockRoom [5]byte
 
-// writeCachedGzip sends c, the answer memoised under key in snap (key ""
-// for one that is not memoised), gzip-encoded: its prefix, memoised beside
-// it, then the rest of the answer (end: room for a stored block's header,
-// then meta and the envelope's end) as a final stored block, and the
-// trailer. A stored block holds up to 64 KiB; meta is far less, and a
-// longer end is compressed with the rest as it is sent.
+// writeCachedGzip sends c, the answer memoised under key in snap,
+// gzip-encoded: its prefix, memoised beside it, then the rest of the
+// answer (end: room for a stored block's header, then meta and the
+// envelope's end) as a final stored block, and the trailer. An answer
+// that is not memoised (key "": a search), whose prefix would serve once,
+// and one whose end is longer than a stored block holds (64 KiB; meta is
+// far less) are compressed whole as they are sent, as writeBody does.
 func writeCachedGzip(e *exchange, snap *market.Snapshot, key string, c *cached, end *bytes.Buffer) error {
 	b := end.Bytes()
 	tail := b[len(storedBlockRoom):]
 	n := len(tail)
-	if n > 0xffff {
+	if n > 0xffff || key == "" {
 		var whole bytes.Buffer
 		whole.Grow(len(envelopeHead) + len(c.body) + len(envelopeMid) + n)
 		whole.WriteString(envelopeHead)
@@ -327,13 +328,10 @@ func writeCachedGzip(e *exchange, snap *market.Snapshot, key string, c *cached, 
 		whole.Write(tail)
 		return e.writeGzip(http.StatusOK, whole.Bytes())
 	}
-	var p *gzipPrefix
-	if key != "" {
-		p, _ = market.Memo(snap, key+"|gzip", func() (*gzipPrefix, error) { return newGzipPrefix(c), nil })
-	}
+	p, _ := market.Memo(snap, key+"|gzip", func() (*gzipPrefix, error) { return newGzipPrefix(c), nil })
 	if p == nil || p.of != c {
-		// Not memoised, or c was built again (its snapshot's memo is full,
-		// or retired): so is its prefix.
+		// c was built again (its snapshot's memo is full, or retired): so
+		// is its prefix.
 		p = newGzipPrefix(c)
 	}
 	b[0], b[1], b[2], b[3], b[4] = 1, byte(n), byte(n>>8), ^byte(n), ^byte(n>>8) // BFINAL, stored; LEN, NLEN

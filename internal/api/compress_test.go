@@ -131,6 +131,10 @@ func wantGzip(t *testing.T, what string, res *http.Response, raw []byte) []byte 
 	if v := res.Header.Values("Vary"); !slices.Equal(v, []string{"Accept-Encoding"}) {
 		t.Errorf("%s: Vary %q, want Accept-Encoding", what, v)
 	}
+	// net/http sets no Content-Type of its own on an encoded answer.
+	if ct := res.Header.Get("Content-Type"); ct == "" || strings.Contains(ct, "gzip") {
+		t.Errorf("%s: Content-Type %q, want the decoded body's", what, ct)
+	}
 	if cl := res.Header.Get("Content-Length"); cl != strconv.Itoa(len(raw)) {
 		t.Errorf("%s: Content-Length %q, want the %d bytes sent", what, cl, len(raw))
 	}

@@ -92,6 +92,7 @@ func (s *Server) serveCached(w http.ResponseWriter, r *http.Request, snap *marke
 	hdr := w.Header()
 	hdr["Etag"] = c.etag
 	hdr["Cache-Control"] = cacheControl(snap.AsOf.Add(s.market.Refresh()).Sub(s.clock()))
+	hdr["Content-Type"] = hdrJSON // writeRaw's too; the gzip path sets none
 	e, _ := w.(*exchange)
 	// When the request may take gzip: the room of a stored block's
 	// header, then meta and the envelope's end (see writeCachedGzip).
