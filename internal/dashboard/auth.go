@@ -142,7 +142,9 @@ func (d *Dashboard) logLocks(w http.ResponseWriter, r *http.Request, now time.Ti
 func (d *Dashboard) release(ctx context.Context, limits []limit, ths []*coinpulse.Throttle) {
 	for i, th := range ths {
 		if err := d.store.ForgiveLoginFailure(ctx, limits[i].key, th.WindowStart); err != nil {
-			d.log.Warn("dashboard: release throttle count", "key", limits[i].key, "err", err)
+			// The limit's name, not its key: an e-mail key holds what was
+			// typed, which may be a password (see events.go).
+			d.log.Warn("dashboard: release throttle count", "limit", limits[i].name, "err", err)
 		}
 	}
 }
