@@ -225,7 +225,9 @@ func ErrHoldingNotFound(id int64) error {
 // A holding's trades apply in the order they arrive, so refusing these
 // keeps its cost and each sell's profit those of its trades in date
 // order. Buys dated before later buys only are taken: the order of buys
-// does not change an average cost.
+// does not change an average cost. A trade without a date is dated now,
+// or at its holding's latest trade if that is later (a date up to 5
+// minutes ahead, or another node's clock), so that it comes after it.
 func ErrTradeBeforeLatest(typ TxType, at, latest time.Time) error {
 	why := "before this holding's latest trade at " + latest.UTC().Format(time.RFC3339Nano) + ": a sell sells what the holding held at its date"
 	if typ == Buy {

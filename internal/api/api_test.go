@@ -677,6 +677,18 @@ func TestNotReady(t *testing.T) {
 		t.Errorf("portfolio while loading: %+v, want null value and P/L, cost 100", got)
 	}
 	wantError(t, send(t, srv, "POST", base+"/sync", key, ""), 503, coinpulse.CodeUnavailable)
+	// A sell names its holding by the coin's id while loading; by a
+	// symbol, or a coin not held, it is a 503 to retry, not a 422.
+	for _, coin := range []string{"btc", "ethereum"} {
+		res := send(t, srv, "POST", "/api/v1/portfolio/transactions", key,
+			fmt.Sprintf(`{"portfolio_id":%d,"coin_id":%q,"type":"sell","quantity":0.5,"price":1}`, p.ID, coin))
+		wantError(t, res, 503, coinpulse.CodeUnavailable)
+	}
+	sold := want[jsonTrade](t, send(t, srv, "POST", "/api/v1/portfolio/transactions", key,
+		fmt.Sprintf(`{"portfolio_id":%d,"coin_id":"bitcoin","type":"sell","quantity":0.5,"price":1}`, p.ID)), http.StatusCreated)
+	if string(sold.Holding.Quantity) != "0.5" {
+		t.Errorf("sold while loading: %+v, want 0.5 left", sold.Holding)
+	}
 	if res := do(t, srv, "GET", "/healthz", ""); res.Status != 200 {
 		t.Errorf("healthz while loading: %d", res.Status)
 	}

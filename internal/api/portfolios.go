@@ -300,6 +300,12 @@ func (s *Server) addHolding(w http.ResponseWriter, r *http.Request) error {
 	return writeData(w, http.StatusCreated, viewHolding(&h, snap), &m)
 }
 
+// onField reports whether err is a VALIDATION_ERROR on field alone.
+func onField(err error, field string) bool {
+	var e *coinpulse.Error
+	return errors.As(err, &e) && e.Code == coinpulse.CodeValidation && len(e.Details) == 1 && e.Details[0].Field == field
+}
+
 // coinTrade names the holding of c in a portfolio. Its time is read from
 // clock once the trade holds the portfolio's lock (coinpulse.Trade.At).
 func coinTrade(portfolioID int64, c *coinpulse.CoinDetail, clock func() time.Time) coinpulse.Trade {
@@ -354,6 +360,11 @@ func (s *Server) postTransaction(w http.ResponseWriter, r *http.Request) error {
 		apply = ledger.SellFunc(lot)
 	}
 	h, tx, err := s.store.Trade(r.Context(), owner(w), coinTrade(pid, coin, s.clock), apply)
+	if snap == nil && onField(err, "coin_id") {
+		// A sell while market data loads names no holding by that id: it
+		// may name one by a symbol, which only the market data resolves.
+		return errLoading
+	}
 	if err != nil {
 		return err
 	}

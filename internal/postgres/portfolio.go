@@ -332,15 +332,20 @@ func (db *DB) Trade(ctx context.Context, o coinpulse.Owner, t coinpulse.Trade, a
 		if err != nil {
 			return err
 		}
-		if cur.ID != 0 && !txn.ExecutedAt.IsZero() { // a date the client gave: see ErrTradeBeforeLatest
+		if cur.ID != 0 { // see ErrTradeBeforeLatest
+			dated := !txn.ExecutedAt.IsZero() // a date the client gave
 			var latest *time.Time
 			err := tx.QueryRow(ctx, `SELECT max(executed_at) FROM portfolio_transactions WHERE holding_id = $1 AND ($2 OR type = 'sell')`,
-				cur.ID, txn.Type == coinpulse.Sell).Scan(&latest)
+				cur.ID, txn.Type == coinpulse.Sell || !dated).Scan(&latest)
 			if err != nil {
 				return fmt.Errorf("postgres: trade: read the holding's latest trade: %w", err)
 			}
-			if at := truncate(txn.ExecutedAt); latest != nil && at.Before(*latest) {
-				return coinpulse.ErrTradeBeforeLatest(txn.Type, at, *latest)
+			switch {
+			case latest == nil:
+			case dated && truncate(txn.ExecutedAt).Before(*latest):
+				return coinpulse.ErrTradeBeforeLatest(txn.Type, truncate(txn.ExecutedAt), *latest)
+			case !dated && now.Before(*latest):
+				txn.ExecutedAt = latest.UTC() // now is before a trade dated ahead: see ErrTradeBeforeLatest
 			}
 		}
 		// What apply may not change.

@@ -327,15 +327,20 @@ func (db *DB) Trade(ctx context.Context, o coinpulse.Owner, t coinpulse.Trade, a
 		if err != nil {
 			return err
 		}
-		if cur.ID != 0 && !txn.ExecutedAt.IsZero() { // a date the client gave: see ErrTradeBeforeLatest
+		if cur.ID != 0 { // see ErrTradeBeforeLatest
+			dated := !txn.ExecutedAt.IsZero() // a date the client gave
 			var latest sql.NullInt64
 			err := tx.QueryRowContext(ctx, `SELECT max(executed_at) FROM portfolio_transactions WHERE holding_id = ? AND (? OR type = 'sell')`,
-				cur.ID, txn.Type == coinpulse.Sell).Scan(&latest)
+				cur.ID, txn.Type == coinpulse.Sell || !dated).Scan(&latest)
 			if err != nil {
 				return fmt.Errorf("sqlite: trade: read the holding's latest trade: %w", err)
 			}
-			if at := truncate(txn.ExecutedAt); latest.Valid && micros(at) < latest.Int64 {
-				return coinpulse.ErrTradeBeforeLatest(txn.Type, at, fromMicros(latest.Int64))
+			switch {
+			case !latest.Valid:
+			case dated && micros(truncate(txn.ExecutedAt)) < latest.Int64:
+				return coinpulse.ErrTradeBeforeLatest(txn.Type, truncate(txn.ExecutedAt), fromMicros(latest.Int64))
+			case !dated && micros(now) < latest.Int64:
+				txn.ExecutedAt = fromMicros(latest.Int64) // now is before a trade dated ahead: see ErrTradeBeforeLatest
 			}
 		}
 		// What apply may not change.

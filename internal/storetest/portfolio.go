@@ -680,6 +680,14 @@ func testTradeBeforeLatest(t *testing.T, s coinpulse.Store) {
 	if n := len(transactions(t, s, o, p.ID)); n != 6 {
 		t.Errorf("%d transactions, want 6", n)
 	}
+	// A trade without a date comes after a trade dated ahead of now (up
+	// to 5 minutes ahead, or another node's clock): dated at it.
+	ahead := t0.Add(4 * time.Minute)
+	trade(t, s, o, p.ID, "solana", t0, ledger.BuyFunc(dated(lot("1", "1"), ahead)))
+	_, undated := trade(t, s, o, p.ID, "solana", t0, ledger.SellFunc(lot("0.5", "1")))
+	if !undated.ExecutedAt.Equal(ahead.Truncate(time.Microsecond)) {
+		t.Errorf("an undated sell after a trade dated %v is dated %v, want the same", ahead, undated.ExecutedAt)
+	}
 	// A holding deleted and bought again starts a new run of dates.
 	if err := s.DeleteHolding(ctx, o, h.ID); err != nil {
 		t.Fatal(err)
