@@ -46,8 +46,9 @@ import (
 //     its identity answer, which copies the data into the envelope;
 //   - the embedded documents (openapi.json, /docs, docs.js: asset),
 //     compressed once per process at the best compression;
-//   - the rest (portfolios, alerts, usage, errors, idempotent replays:
-//     writeBody), compressed as they are sent, at gzip.BestSpeed.
+//   - the rest (portfolios, alerts, usage, searches, errors, idempotent
+//     replays: writeBody, writeGzip), compressed as they are sent, at
+//     gzip.BestSpeed.
 
 // gzipMin is the smallest body compressed: below it, the work saves
 // little (the 435-byte /markets/global would go to 315, less than a
