@@ -348,6 +348,14 @@ func TestValidation(t *testing.T) {
 			}
 		})
 	}
+	// A q given but of the wrong length says so, not that it is required.
+	for q, want := range map[string]string{"": "is required", "%20b%20": "it has 1", strings.Repeat("x", 101): "it has 101"} {
+		target := "/api/v1/markets/search?q=" + q
+		if q == "" {
+			target = "/api/v1/markets/search"
+		}
+		wantField(t, do(t, srv, "GET", target, key), "q", want)
+	}
 }
 
 func TestMarketOrders(t *testing.T) {

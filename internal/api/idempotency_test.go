@@ -128,12 +128,12 @@ func TestIdempotencyKeyFailureReleases(t *testing.T) {
 	srv := testServer(t)
 	key := proKey(t)
 	p := newPortfolio(t, srv, key, "Release")
-	h := want[jsonHolding](t, send(t, srv, "POST", fmt.Sprintf("/api/v1/portfolio/%d/holdings", p.ID), key, `{"coin_id":"bitcoin","quantity":1,"buy_price":100}`), http.StatusCreated)
+	h := newHolding(t, srv, key, p.ID, `{"coin_id":"bitcoin","quantity":1,"buy_price":100}`)
 	sell := fmt.Sprintf("/api/v1/holdings/%d/sell", h.ID)
 	body := `{"quantity":2,"sell_price":150}`
 
 	wantError(t, sendKeyed(t, srv, "POST", sell, key, body, "Idempotency-Key", "sell-1"), http.StatusUnprocessableEntity, coinpulse.CodeValidation)
-	want[jsonHolding](t, send(t, srv, "POST", fmt.Sprintf("/api/v1/portfolio/%d/holdings", p.ID), key, `{"coin_id":"bitcoin","quantity":1,"buy_price":100}`), http.StatusCreated)
+	newHolding(t, srv, key, p.ID, `{"coin_id":"bitcoin","quantity":1,"buy_price":100}`)
 	res := sendKeyed(t, srv, "POST", sell, key, body, "Idempotency-Key", "sell-1")
 	want[jsonTrade](t, res, http.StatusCreated)
 	if res.Header.Get("Idempotent-Replayed") != "" {

@@ -105,6 +105,12 @@ func numIs(t *testing.T, what string, got *json.Number, want string) {
 	}
 }
 
+// newHolding buys into portfolio pid with body (a HoldingAdd).
+func newHolding(t *testing.T, srv *Server, key string, pid int64, body string) jsonHolding {
+	t.Helper()
+	return want[jsonHolding](t, send(t, srv, "POST", fmt.Sprintf("/api/v1/portfolio/%d/holdings", pid), key, body), http.StatusCreated)
+}
+
 func newPortfolio(t *testing.T, srv *Server, key, name string) jsonPortfolio {
 	t.Helper()
 	return want[jsonPortfolio](t, send(t, srv, "POST", "/api/v1/portfolio", key, `{"name":"`+name+`"}`), http.StatusCreated)
@@ -621,7 +627,7 @@ func TestPortfolioConcurrentSells(t *testing.T) {
 	srv := testServer(t)
 	key := proKey(t)
 	p := newPortfolio(t, srv, key, "Race")
-	h := want[jsonHolding](t, send(t, srv, "POST", fmt.Sprintf("/api/v1/portfolio/%d/holdings", p.ID), key, `{"coin_id":"bitcoin","quantity":10,"buy_price":3}`), http.StatusCreated)
+	h := newHolding(t, srv, key, p.ID, `{"coin_id":"bitcoin","quantity":10,"buy_price":3}`)
 	var wg sync.WaitGroup
 	statuses := make(chan int, 15)
 	for i := 0; i < 15; i++ {
