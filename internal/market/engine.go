@@ -116,6 +116,14 @@ type savedState struct {
 
 func (e *Engine) stateKey() string { return "market:state:" + e.cfg.Feed.Name() }
 
+// historyKey holds the fingerprint of the feed whose figures the stored
+// history holds. History is stored by coin id, whatever the feed: a
+// database played by another feed since this one last ran (replay after
+// sim, then sim again) holds the other feed's points, so the saved state
+// is not reused and every coin is backfilled, replacing them. A database
+// from before the key was written holds the one feed it ever had.
+const historyKey = "market:history-feed"
+
 // fingerprint identifies the feed's configuration: a saved state from
 // another one (another seed, another universe) is not reused.
 func (e *Engine) fingerprint() string {
@@ -186,6 +194,11 @@ func (e *Engine) Load(ctx context.Context) error {
 			return err
 		}
 	}
+	if len(missing) > 0 {
+		if err := e.cfg.Store.PutKV(ctx, historyKey, []byte(e.fingerprint())); err != nil {
+			return fmt.Errorf("record the history's feed: %w", err)
+		}
+	}
 	e.publish(now)
 	e.cfg.Log.Info("market data ready", "feed", e.cfg.Feed.Name(), "simulated", e.cfg.Feed.Simulated(),
 		"coins", len(e.coins), "backfilled", len(missing), "took", time.Since(start).Round(time.Millisecond))
@@ -208,6 +221,13 @@ func (e *Engine) loadState(ctx context.Context) savedState {
 		return savedState{}
 	case s.Fingerprint != e.fingerprint():
 		e.cfg.Log.Info("market state is from another feed configuration; backfilling", "saved", s.Fingerprint, "feed", e.fingerprint())
+		return savedState{}
+	}
+	if by, err := e.cfg.Store.GetKV(ctx, historyKey); err == nil && string(by) != e.fingerprint() {
+		e.cfg.Log.Info("stored history is another feed's; backfilling", "stored_by", string(by), "feed", e.fingerprint())
+		return savedState{}
+	} else if err != nil && !coinpulse.IsNotFound(err) {
+		e.cfg.Log.Warn("market history's feed unreadable; backfilling", "err", err)
 		return savedState{}
 	}
 	return s
@@ -498,8 +518,12 @@ func (e *Engine) History(ctx context.Context, s *Snapshot, coinID string, days i
 	from := c.HistoryStart
 	if days > 0 {
 		// The grid is UTC's: Truncate counts from the zero time, a UTC
-		// midnight.
+		// midnight. Nothing before the coin's listing: a point stored
+		// there is another feed's (see historyKey).
 		from = s.AsOf.Add(-time.Duration(days) * 24 * time.Hour).Truncate(interval.Step())
+		if from.Before(c.HistoryStart) {
+			from = c.HistoryStart
+		}
 	}
 	pts, err := e.cfg.Store.History(ctx, coinID, interval, from, s.AsOf)
 	if err != nil {

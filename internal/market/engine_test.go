@@ -987,3 +987,92 @@ func TestRunQuotesTheBoundaryLoadRanPast(t *testing.T) {
 		})
 	}
 }
+
+// otherFeed is another feed on the same coin ids, as replay is to sim:
+// its own name and fingerprint, every price doubled, and bitcoin listed
+// ten days before start.
+type otherFeed struct{ *spyFeed }
+
+func (o otherFeed) Name() string   { return "other" }
+func (o otherFeed) String() string { return "other/v1" }
+
+var otherListing = start.Add(-10 * 24 * time.Hour)
+
+func (o otherFeed) Universe(ctx context.Context) ([]coinpulse.CoinInfo, error) {
+	u, err := o.spyFeed.Universe(ctx)
+	for i := range u {
+		if u[i].ID == "bitcoin" {
+			u[i].ListedAt = otherListing
+		}
+	}
+	return u, err
+}
+
+func (o otherFeed) Quotes(ctx context.Context, now time.Time) ([]coinpulse.Quote, error) {
+	qs, err := o.spyFeed.Quotes(ctx, now)
+	for i := range qs {
+		qs[i].Price *= 2
+		qs[i].MarketCap *= 2
+	}
+	return qs, err
+}
+
+func (o otherFeed) History(ctx context.Context, info coinpulse.CoinInfo, interval coinpulse.Interval, from, to time.Time) ([]coinpulse.HistoryPoint, error) {
+	pts, err := o.spyFeed.History(ctx, info, interval, from, to)
+	for i := range pts {
+		pts[i].Price *= 2
+		pts[i].MarketCap *= 2
+	}
+	return pts, err
+}
+
+// History is stored by coin id whatever the feed: a database played by
+// another feed since (replay after sim) holds that feed's points, so sim's
+// next start backfills every coin rather than serve them, although its
+// own saved state is intact. And a coin's history never reaches before
+// its listing in the feed that serves it, where the store may hold
+// another feed's points.
+func TestEngineAnotherFeedsHistoryIsReplaced(t *testing.T) {
+	t.Parallel()
+	store := openStore(t, loadedStore(t)) // sim seed 1, loaded at start
+	other := otherFeed{newSpy(t, 1)}
+	later := start.Add(2 * time.Hour)
+	e := New(Config{Feed: other, Store: store, Clock: func() time.Time { return later }, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Refresh: time.Millisecond})
+	if err := e.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	pts := engineHistory(t, e, "bitcoin", 30, coinpulse.Daily)
+	if len(pts) == 0 || pts[0].Timestamp.Before(otherListing) {
+		t.Errorf("bitcoin's 30 days under a feed that lists it 10 days ago start at %v, before %v: the store's older points are the other feed's", pts[0].Timestamp, otherListing)
+	}
+	stored := storedHistory(t, store, "bitcoin", coinpulse.Hourly, later.Add(-24*time.Hour), later)
+	samePoints(t, "bitcoin's hourly history stored by the other feed", feedHistory(t, other, "bitcoin", coinpulse.Hourly, later.Add(-24*time.Hour), later), stored)
+
+	// sim again: its saved state (from start) matches its fingerprint,
+	// but the history is the other feed's.
+	evenLater := later.Add(time.Hour)
+	feed := newSpy(t, 1)
+	sim := loadEngine(t, feed, store, &fakeClock{t: evenLater}, 0)
+	backfilled := 0
+	for _, c := range feed.take() {
+		if c.interval == coinpulse.Hourly && c.from.Equal(evenLater.Add(-HourlyWindow-time.Hour)) {
+			backfilled++
+		}
+	}
+	if backfilled != 1000 {
+		t.Errorf("sim after the other feed backfilled %d coins' hourly history in full, want all 1000", backfilled)
+	}
+	stored = storedHistory(t, store, "bitcoin", coinpulse.Hourly, evenLater.Add(-24*time.Hour), evenLater)
+	samePoints(t, "bitcoin's hourly history after sim came back", feedHistory(t, feed.Feed, "bitcoin", coinpulse.Hourly, evenLater.Add(-24*time.Hour), evenLater), stored)
+	got := engineHistory(t, sim, "bitcoin", 1, coinpulse.Hourly)
+	got = got[:len(got)-1] // the last is the current price
+	samePoints(t, "bitcoin's last day served by sim", feedHistory(t, feed.Feed, "bitcoin", coinpulse.Hourly, got[0].Timestamp, got[len(got)-1].Timestamp), got)
+	// And a warm start of sim after that is warm again.
+	feed = newSpy(t, 1)
+	loadEngine(t, feed, store, &fakeClock{t: evenLater}, 0)
+	for _, c := range feed.take() {
+		if c.interval == coinpulse.Hourly && c.from.Equal(evenLater.Add(-HourlyWindow-time.Hour)) {
+			t.Fatalf("sim's second start backfilled %s in full", c.id)
+		}
+	}
+}
