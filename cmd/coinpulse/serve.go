@@ -27,6 +27,7 @@ import (
 	"coinpulse/internal/alerting"
 	"coinpulse/internal/api"
 	"coinpulse/internal/dashboard"
+	"coinpulse/internal/feed/replay"
 	"coinpulse/internal/feed/sim"
 	"coinpulse/internal/market"
 	"coinpulse/internal/meter"
@@ -38,6 +39,7 @@ import (
 // serveConfig is everything serve reads from flags and environment.
 type serveConfig struct {
 	addr, db, dataDir, feed  string
+	replayDir                string
 	refresh, shutdownTimeout time.Duration
 	writeTimeout             time.Duration
 	seed                     int64
@@ -71,7 +73,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	db := dbFlag(fs)
 	fs.StringVar(&c.dataDir, "data-dir", defaultDataDir, "directory of the default SQLite database")
-	fs.StringVar(&c.feed, "feed", "sim", "market feed: sim")
+	fs.StringVar(&c.feed, "feed", "sim", "market feed: sim (a simulation), or replay (recorded daily prices from --replay-dir, on a loop)")
+	fs.StringVar(&c.replayDir, "replay-dir", "", "directory of the recording the replay feed plays: coinlist.csv and coins/<id>.csv, as ../shared/datasets/coingecko-2021")
 	fs.DurationVar(&c.refresh, "refresh", time.Minute, "time between price refreshes (a Go duration such as 1s)")
 	fs.Int64Var(&c.seed, "seed", 1, "seed of the simulated feed")
 	fs.IntVar(&c.simCoins, "sim-coins", sim.MinCoins, "size of the simulated universe (real coins topped up with synthetic sim- coins; 1000 to 100000)")
@@ -108,8 +111,12 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	}
 	c.db = *db
 	switch {
-	case c.feed != "sim":
-		return c, fmt.Errorf("--feed %q: only sim is available in this version", c.feed)
+	case c.feed != "sim" && c.feed != "replay":
+		return c, fmt.Errorf("--feed %q: sim or replay (coingecko and binance are not available in this version)", c.feed)
+	case c.feed == "replay" && c.replayDir == "":
+		return c, errors.New("--feed replay needs --replay-dir: the directory of the recording to play (coinlist.csv and coins/<id>.csv)")
+	case c.feed != "replay" && c.replayDir != "":
+		return c, fmt.Errorf("--replay-dir is for --feed replay; the feed is %s", c.feed)
 	case c.refresh < 100*time.Millisecond:
 		return c, fmt.Errorf("--refresh %s: must be at least 100ms", c.refresh)
 	case c.refresh > 24*time.Hour:
@@ -303,6 +310,12 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer ln.Close() // the HTTP server's once it serves; closing it again is harmless
+	// Then the feed: a recording that does not load fails the start
+	// before the database is created, too.
+	feed, err := newFeed(cfg, log)
+	if err != nil {
+		return err
+	}
 	store, err := openStore(ctx, cfg.db, cfg.dataDir, true)
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "--db ") {
@@ -313,11 +326,6 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	defer store.Close()
 	log.Info("database open", "db", describeDB(cfg.db, cfg.dataDir))
 
-	feed, err := sim.New(cfg.seed, cfg.simCoins)
-	if err != nil {
-		return err
-	}
-	log.Warn("market data is SIMULATED: prices are made up by the sim feed", "feed", feed.String())
 	engine := market.New(market.Config{Feed: feed, Store: store, Log: log, Refresh: cfg.refresh, MinMoverVolume: cfg.minMoverVolume})
 	apiCfg := api.Config{Store: store, Market: engine, Log: log, MaxBody: cfg.maxBody, WriteTimeout: cfg.writeTimeout, Plans: cfg.plans, SandboxLimits: &cfg.sandbox, MetricsToken: cfg.metricsToken}
 	if apiCfg.MaxStreamsPerAccount = cfg.wsMaxPerAccount; cfg.wsMaxPerAccount == 0 {
@@ -514,6 +522,29 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 // errSecondSignal ends a serve whose graceful shutdown a second SIGINT or
 // SIGTERM cut short.
 var errSecondSignal = errors.New("shutdown cut short by a second signal")
+
+// newFeed opens the market feed cfg names, and logs that its figures are
+// not the market's of the moment.
+func newFeed(cfg serveConfig, log *slog.Logger) (coinpulse.Feed, error) {
+	if cfg.feed == "replay" {
+		f, err := replay.Load(cfg.replayDir)
+		if err != nil {
+			return nil, fmt.Errorf("--replay-dir: %w", err)
+		}
+		log.Warn("market data is REPLAYED: recorded prices on a loop, not the market's of the moment",
+			"feed", f.String(), "dir", cfg.replayDir, "loop_start", f.Start(), "loop_days", int(f.Period()/(24*time.Hour)))
+		if left := f.LeftOut(); len(left) > 0 {
+			log.Info("replay: coins not recorded for the whole span are left out", "coins", len(left), "first", left[:min(len(left), 5)])
+		}
+		return f, nil
+	}
+	f, err := sim.New(cfg.seed, cfg.simCoins)
+	if err != nil {
+		return nil, err
+	}
+	log.Warn("market data is SIMULATED: prices are made up by the sim feed", "feed", f.String())
+	return f, nil
+}
 
 // withBenchHeaders is set only in a build with -tags benchheaders
 // (benchheaders.go), which bench/limits.sh makes to measure what the five

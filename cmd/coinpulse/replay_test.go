@@ -1,0 +1,86 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// recording is the real one the replay feed was made for; the tests that
+// play it skip when ../shared is absent.
+const recording = "../../../shared/datasets/coingecko-2021"
+
+// serve --feed replay plays the recording: bitcoin's history starts with
+// its price of 2021-01-01, market answers say the feed and that the data
+// is not the market's of the moment, and a restart on the same data
+// directory is a warm start.
+func TestServeReplay(t *testing.T) {
+	if _, err := os.Stat(recording); err != nil {
+		t.Skipf("no recording at %s (../shared is absent): %v", recording, err)
+	}
+	args := []string{"--data-dir", t.TempDir(), "--feed", "replay", "--replay-dir", recording, "--plans", generousPlans(t)}
+	s := startServe(t, args...)
+	m := demoKey.FindStringSubmatch(s.stdout.String())
+	if m == nil {
+		t.Fatalf("no demo key:\n%s", s.stdout)
+	}
+	key := m[2]
+	if !strings.Contains(s.stderr.String(), "market data is REPLAYED") || !strings.Contains(s.stderr.String(), "coins=166") {
+		t.Errorf("the log does not say the data is replayed, or how many coins are left out:\n%s", s.stderr)
+	}
+	status, body := s.get(t, "/api/v1/markets/global", key)
+	meta, _ := body["meta"].(map[string]any)
+	data, _ := body["data"].(map[string]any)
+	if status != 200 || meta["feed"] != "replay" || meta["simulated"] != true || data["active_cryptocurrencies"] != 334.0 {
+		t.Fatalf("global: %d %v", status, body)
+	}
+	status, body = s.get(t, "/api/v1/coins/bitcoin/history?days=max&interval=daily", key)
+	data, _ = body["data"].(map[string]any)
+	pts, _ := data["points"].([]any)
+	if status != 200 || len(pts) < 365 {
+		t.Fatalf("history: %d, %d points", status, len(pts))
+	}
+	// The first row of coins/bitcoin.csv: 1609459200000 (2021-01-01),
+	// 29022.41839530417.
+	if first := pts[0].(map[string]any); first["timestamp"] != "2021-01-01T00:00:00Z" || first["price"] != 29022.41839530417 {
+		t.Errorf("bitcoin's first point %v, want the recording's first row (2021-01-01, 29022.41839530417)", first)
+	}
+	if status, body := s.get(t, "/api/v1/coins/sim-aaaa", key); status != 404 {
+		t.Errorf("a sim coin under replay: %d %v", status, body)
+	}
+	s.stop(t)
+
+	s = startServe(t, args...)
+	if strings.Contains(s.stderr.String(), "backfilling history") {
+		t.Errorf("a restart on the same recording backfilled again:\n%s", s.stderr)
+	}
+}
+
+// A recording that does not load fails the start, naming the file, before
+// the data directory is created.
+func TestServeReplayRefusals(t *testing.T) {
+	rec := t.TempDir()
+	os.Mkdir(filepath.Join(rec, "coins"), 0o755)
+	os.WriteFile(filepath.Join(rec, "coinlist.csv"), []byte("id,symbol,name\nalpha,alp,Alpha\n"), 0o644)
+	os.WriteFile(filepath.Join(rec, "coins", "alpha.csv"), []byte("timestamp,readableTimestamp,coinId,price,marketCap,totalVolume\n1609459200000,x,alpha,-1,2,3\n"), 0o644)
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--feed", "replay"}, "--feed replay needs --replay-dir"},
+		{[]string{"--replay-dir", rec}, "--replay-dir is for --feed replay; the feed is sim"},
+		{[]string{"--feed", "coingecko"}, `--feed "coingecko": sim or replay`},
+		{[]string{"--feed", "replay", "--replay-dir", t.TempDir()}, "coinlist.csv: no such file or directory"},
+		{[]string{"--feed", "replay", "--replay-dir", rec}, filepath.Join(rec, "coins", "alpha.csv") + `: line 2: price "-1": want a number above 0`},
+	} {
+		dir := filepath.Join(t.TempDir(), "data")
+		_, _, err := cli(t, nil, append([]string{"serve", "--addr", freeAddr(t), "--data-dir", dir}, tt.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: %v, want %q", tt.args, err, tt.want)
+		}
+		if _, err := os.Stat(dir); err == nil {
+			t.Errorf("%v: refused after creating the data directory", tt.args)
+		}
+	}
+}
