@@ -342,3 +342,35 @@ func TestDataset(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkQuotes is one refresh of the real recording: every coin's
+// figures at an instant (a binary search and an interpolation a coin).
+func BenchmarkQuotes(b *testing.B) {
+	if _, err := os.Stat(dataset); err != nil {
+		b.Skipf("no recording at %s (../shared is absent): %v", dataset, err)
+	}
+	f, err := Load(dataset)
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Date(2026, 11, 27, 15, 30, 0, 0, time.UTC)
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(time.Minute)
+		if _, err := f.Quotes(ctx, now); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLoad reads and checks the real recording: a start's cost.
+func BenchmarkLoad(b *testing.B) {
+	if _, err := os.Stat(dataset); err != nil {
+		b.Skipf("no recording at %s (../shared is absent): %v", dataset, err)
+	}
+	for b.Loop() {
+		if _, err := Load(dataset); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
