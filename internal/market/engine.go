@@ -117,11 +117,13 @@ type savedState struct {
 func (e *Engine) stateKey() string { return "market:state:" + e.cfg.Feed.Name() }
 
 // historyKey holds the fingerprint of the feed whose figures the stored
-// history holds. History is stored by coin id, whatever the feed: a
-// database played by another feed since this one last ran (replay after
-// sim, then sim again) holds the other feed's points, so the saved state
-// is not reused and every coin is backfilled, replacing them. A database
-// from before the key was written holds the one feed it ever had.
+// history holds ("incomplete" while a backfill runs). History is stored
+// by coin id, whatever the feed: a database played by another feed since
+// this one last ran (replay after sim, then sim again) holds the other
+// feed's points, so the saved state is not reused and every coin is
+// backfilled, replacing them. A database from before the key was written
+// holds the one feed it ever had. The key is read at start only: nodes
+// sharing a database must run one feed.
 const historyKey = "market:history-feed"
 
 // fingerprint identifies the feed's configuration: a saved state from
@@ -173,6 +175,12 @@ func (e *Engine) Load(ctx context.Context) error {
 	}
 	if len(missing) > 0 {
 		e.cfg.Log.Info("backfilling history", "coins", len(missing), "feed", e.cfg.Feed.Name())
+		// Until the backfill is whole the stored history is no feed's: a
+		// start after this one failed part way backfills again, whatever
+		// its feed (see historyKey).
+		if err := e.cfg.Store.PutKV(ctx, historyKey, []byte("incomplete")); err != nil {
+			return fmt.Errorf("record the history's feed: %w", err)
+		}
 		for _, info := range missing {
 			e.coins[info.ID] = newCoinState(info)
 		}
@@ -338,11 +346,12 @@ func (e *Engine) backfill(ctx context.Context, coins []coinpulse.CoinInfo, hourl
 		batches <- cur
 	}
 	close(batches)
-	if err := <-writeErr; err != nil {
-		return err
-	}
-	if feedErr != nil {
+	// The feed's error first: it cancelled the writes, which then report
+	// only that.
+	if err := <-writeErr; feedErr != nil {
 		return feedErr
+	} else if err != nil {
+		return err
 	}
 	return ctx.Err()
 }

@@ -2,6 +2,7 @@ package market
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1075,4 +1077,46 @@ func TestEngineAnotherFeedsHistoryIsReplaced(t *testing.T) {
 			t.Fatalf("sim's second start backfilled %s in full", c.id)
 		}
 	}
+}
+
+// failingOther is otherFeed whose History fails from call failAt on.
+type failingOther struct {
+	otherFeed
+	calls  atomic.Int32
+	failAt int32
+}
+
+func (f *failingOther) History(ctx context.Context, info coinpulse.CoinInfo, interval coinpulse.Interval, from, to time.Time) ([]coinpulse.HistoryPoint, error) {
+	if f.calls.Add(1) >= f.failAt {
+		return nil, errors.New("failing feed: down")
+	}
+	return f.otherFeed.History(ctx, info, interval, from, to)
+}
+
+// A backfill by another feed that fails part way has replaced some of
+// sim's points: sim's next start backfills every coin, although its own
+// saved state is intact, and the failure names the feed's error, not the
+// writes it cancelled.
+func TestEngineAnotherFeedsFailedBackfillIsReplaced(t *testing.T) {
+	t.Parallel()
+	store := openStore(t, loadedStore(t)) // sim seed 1, loaded at start
+	later := start.Add(2 * time.Hour)
+	other := &failingOther{otherFeed: otherFeed{newSpy(t, 1)}, failAt: 1200}
+	e := New(Config{Feed: other, Store: store, Clock: func() time.Time { return later }, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Refresh: time.Millisecond})
+	if err := e.Load(context.Background()); err == nil || !strings.Contains(err.Error(), "failing feed: down") {
+		t.Fatalf("Load with a feed failing part way: %v, want its error", err)
+	}
+	feed := newSpy(t, 1)
+	loadEngine(t, feed, store, &fakeClock{t: later}, 0)
+	backfilled := 0
+	for _, c := range feed.take() {
+		if c.interval == coinpulse.Hourly && c.from.Equal(later.Add(-HourlyWindow-time.Hour)) {
+			backfilled++
+		}
+	}
+	if backfilled != 1000 {
+		t.Errorf("sim after another feed's failed backfill backfilled %d coins in full, want all 1000", backfilled)
+	}
+	stored := storedHistory(t, store, "bitcoin", coinpulse.Hourly, later.Add(-24*time.Hour), later)
+	samePoints(t, "bitcoin's hourly history", feedHistory(t, feed.Feed, "bitcoin", coinpulse.Hourly, later.Add(-24*time.Hour), later), stored)
 }
