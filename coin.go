@@ -137,7 +137,8 @@ type HistoryStore interface {
 type Feed interface {
 	// Name is the feed's name as the operator chose it ("sim").
 	Name() string
-	// Simulated reports whether the feed's figures are made up.
+	// Simulated reports whether the feed's figures are not the market's
+	// of the moment: made up (sim), or of another time (replay).
 	Simulated() bool
 	// Universe returns the coins the feed serves.
 	Universe(ctx context.Context) ([]CoinInfo, error)

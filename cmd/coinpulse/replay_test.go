@@ -64,6 +64,10 @@ func TestServeReplayRefusals(t *testing.T) {
 	os.Mkdir(filepath.Join(rec, "coins"), 0o755)
 	os.WriteFile(filepath.Join(rec, "coinlist.csv"), []byte("id,symbol,name\nalpha,alp,Alpha\n"), 0o644)
 	os.WriteFile(filepath.Join(rec, "coins", "alpha.csv"), []byte("timestamp,readableTimestamp,coinId,price,marketCap,totalVolume\n1609459200000,x,alpha,-1,2,3\n"), 0o644)
+	future := t.TempDir()
+	os.Mkdir(filepath.Join(future, "coins"), 0o755)
+	os.WriteFile(filepath.Join(future, "coinlist.csv"), []byte("id,symbol,name\nalpha,alp,Alpha\n"), 0o644)
+	os.WriteFile(filepath.Join(future, "coins", "alpha.csv"), []byte("timestamp,readableTimestamp,coinId,price,marketCap,totalVolume\n4102444800000,x,alpha,1,2,3\n"), 0o644)
 	for _, tt := range []struct {
 		args []string
 		want string
@@ -72,7 +76,8 @@ func TestServeReplayRefusals(t *testing.T) {
 		{[]string{"--replay-dir", rec}, "--replay-dir is for --feed replay; the feed is sim"},
 		{[]string{"--feed", "coingecko"}, `--feed "coingecko": sim or replay`},
 		{[]string{"--feed", "replay", "--replay-dir", t.TempDir()}, "coinlist.csv: no such file or directory"},
-		{[]string{"--feed", "replay", "--replay-dir", rec}, filepath.Join(rec, "coins", "alpha.csv") + `: line 2: price "-1": want a number above 0`},
+		{[]string{"--feed", "replay", "--replay-dir", rec}, filepath.Join(rec, "coins", "alpha.csv") + `: line 2: price "-1": want a number from 1e-18 to 1e+15`},
+		{[]string{"--feed", "replay", "--replay-dir", future}, "the recording starts on 2100-01-01, in the future: there is nothing to play yet"},
 	} {
 		dir := filepath.Join(t.TempDir(), "data")
 		_, _, err := cli(t, nil, append([]string{"serve", "--addr", freeAddr(t), "--data-dir", dir}, tt.args...)...)

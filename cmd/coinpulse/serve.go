@@ -531,6 +531,9 @@ func newFeed(cfg serveConfig, log *slog.Logger) (coinpulse.Feed, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--replay-dir: %w", err)
 		}
+		if f.Start().After(time.Now()) {
+			return nil, fmt.Errorf("--replay-dir %s: the recording starts on %s, in the future: there is nothing to play yet", cfg.replayDir, f.Start().Format(time.DateOnly))
+		}
 		log.Warn("market data is REPLAYED: recorded prices on a loop, not the market's of the moment",
 			"feed", f.String(), "dir", cfg.replayDir, "loop_start", f.Start(), "loop_days", int(f.Period()/(24*time.Hour)))
 		if left := f.LeftOut(); len(left) > 0 {

@@ -1,14 +1,13 @@
 package replay
 
 import (
-	"math"
 	"strings"
 	"testing"
 )
 
 // FuzzParseCoin: a price file either parses into rows that keep the
-// feed's invariants (timestamps increasing, figures finite, prices above
-// 0) or is refused with a message, never a panic. The corpus is in
+// feed's invariants (timestamps increasing, figures within their bounds)
+// or is refused with a message, never a panic. The corpus is in
 // testdata/fuzz/FuzzParseCoin.
 func FuzzParseCoin(f *testing.F) {
 	const head = "timestamp,readableTimestamp,coinId,price,marketCap,totalVolume\n"
@@ -30,7 +29,7 @@ func FuzzParseCoin(f *testing.F) {
 			t.Fatal("no rows and no error")
 		}
 		for i, r := range rows {
-			if !(r.Price > 0) || math.IsInf(r.Price, 0) || !(r.MarketCap >= 0) || math.IsInf(r.MarketCap, 0) || !(r.TotalVolume >= 0) || math.IsInf(r.TotalVolume, 0) {
+			if !(minPrice <= r.Price && r.Price <= maxPrice) || !(0 <= r.MarketCap && r.MarketCap <= maxAmount) || !(0 <= r.TotalVolume && r.TotalVolume <= maxAmount) {
 				t.Fatalf("row %d: %+v", i, r)
 			}
 			if r.Time.Year() < 1970 || r.Time.Year() > 9999 || i > 0 && !r.Time.After(rows[i-1].Time) {
@@ -59,7 +58,7 @@ func FuzzParseCoinList(f *testing.F) {
 				t.Fatalf("id %q", c.ID)
 			}
 			seen[c.ID] = true
-			if c.Symbol == "" || c.Symbol != strings.ToLower(c.Symbol) || c.Name == "" {
+			if c.Symbol == "" || c.Symbol != strings.ToLower(c.Symbol) || c.Name == "" || !printable(c.Symbol) || !printable(c.Name) {
 				t.Fatalf("%+v", c)
 			}
 		}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Row is one line of a coin's price file: the coin's figures at Time, all
@@ -26,9 +28,17 @@ type Row struct {
 // CoinGecko's market_chart export in hathix/historical-crypto-data).
 var coinHeader = []string{"timestamp", "readableTimestamp", "coinId", "price", "marketCap", "totalVolume"}
 
-// maxRows bounds a coin's file: a century of hourly rows. It keeps a
-// mistaken path (a huge file) from taking the server's memory.
+// maxRows bounds a coin's file: a century of hourly rows.
 const maxRows = 100 * 366 * 24
+
+// Bounds of the figures, in USD: wide enough for any coin (a price of
+// 1e-18 is a billionth of shiba-inu's), narrow enough that a price times
+// any supply they imply, and their interpolations, stay finite.
+const (
+	minPrice  = 1e-18
+	maxPrice  = 1e15
+	maxAmount = 1e18 // a market cap or a volume
+)
 
 // ParseCoin reads a coin's price file: the header line, then one row a
 // point, oldest first, each naming the coin id. Timestamps are Unix
@@ -93,34 +103,47 @@ func parseRow(rec []string, id string) (Row, error) {
 		return Row{}, fmt.Errorf("coinId %q: the file is %s's", rec[2], id)
 	}
 	row := Row{Time: time.UnixMilli(ms).UTC()}
-	if row.Price, err = figure("price", rec[3], false); err != nil {
+	if row.Price, err = price(rec[3]); err != nil {
 		return Row{}, err
 	}
-	if row.MarketCap, err = figure("marketCap", rec[4], true); err != nil {
+	if row.MarketCap, err = amount("marketCap", rec[4]); err != nil {
 		return Row{}, err
 	}
-	if row.TotalVolume, err = figure("totalVolume", rec[5], true); err != nil {
+	if row.TotalVolume, err = amount("totalVolume", rec[5]); err != nil {
 		return Row{}, err
 	}
 	return row, nil
 }
 
-// figure parses an amount in USD: finite, above 0 (a price) or at least 0
-// (optional, where empty reads as 0).
-func figure(name, s string, optional bool) (float64, error) {
-	if s == "" && optional {
-		return 0, nil
-	}
+// number parses a finite number.
+func number(name, s string) (float64, error) {
 	v, err := strconv.ParseFloat(s, 64)
-	switch {
-	case err != nil && !errors.Is(err, strconv.ErrRange), math.IsNaN(v), math.IsInf(v, 0):
+	if err != nil && !errors.Is(err, strconv.ErrRange) || math.IsNaN(v) || math.IsInf(v, 0) {
 		return 0, fmt.Errorf("%s %q: want a finite number", name, s)
-	case optional && v < 0:
-		return 0, fmt.Errorf("%s %q: want 0 or more, or nothing", name, s)
-	case !optional && !(v > 0):
-		return 0, fmt.Errorf("%s %q: want a number above 0", name, s)
 	}
 	return v, nil
+}
+
+// price parses a price: from minPrice to maxPrice.
+func price(s string) (float64, error) {
+	v, err := number("price", s)
+	if err == nil && !(minPrice <= v && v <= maxPrice) {
+		err = fmt.Errorf("price %q: want a number from %g to %g", s, minPrice, maxPrice)
+	}
+	return v, err
+}
+
+// amount parses an optional amount: empty (read as 0), or from 0 to
+// maxAmount.
+func amount(name, s string) (float64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	v, err := number(name, s)
+	if err == nil && !(0 <= v && v <= maxAmount) {
+		err = fmt.Errorf("%s %q: want a number from 0 to %g, or nothing", name, s, maxAmount)
+	}
+	return v, err
 }
 
 // CoinList is one line of coinlist.csv.
@@ -156,10 +179,10 @@ func ParseCoinList(r io.Reader) ([]CoinList, error) {
 		switch {
 		case !validID(c.ID):
 			return nil, fmt.Errorf("line %d: id %q: want 1 to 100 of a-z, 0-9, '-', '_' and '.', not starting with '.'", line, c.ID)
-		case c.Symbol == "" || len(c.Symbol) > 50:
-			return nil, fmt.Errorf("line %d: symbol %q: want 1 to 50 characters", line, rec[1])
-		case c.Name == "" || len(c.Name) > 200:
-			return nil, fmt.Errorf("line %d: name %q: want 1 to 200 characters", line, rec[2])
+		case c.Symbol == "" || len(c.Symbol) > 50 || !printable(c.Symbol):
+			return nil, fmt.Errorf("line %d: symbol %q: want 1 to 50 printable characters", line, rec[1])
+		case c.Name == "" || len(c.Name) > 200 || !printable(c.Name):
+			return nil, fmt.Errorf("line %d: name %q: want 1 to 200 printable characters", line, rec[2])
 		case seen[c.ID] > 0:
 			return nil, fmt.Errorf("line %d: id %q is listed already on line %d", line, c.ID, seen[c.ID])
 		}
@@ -170,6 +193,19 @@ func ParseCoinList(r io.Reader) ([]CoinList, error) {
 		return nil, errors.New("no coins after the header")
 	}
 	return out, nil
+}
+
+// printable reports whether s is valid UTF-8 without control characters.
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // validID accepts CoinGecko-style ids, which name the coin's file: lower

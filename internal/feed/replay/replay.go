@@ -29,7 +29,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/fnv"
+	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -46,6 +48,10 @@ import (
 const version = 1
 
 const day = 24 * time.Hour
+
+// maxSpan bounds a recording's span: a century, far within what a
+// time.Duration holds.
+const maxSpan = 100 * 366 * day
 
 // Feed plays a recording. Its methods are safe for concurrent use: after
 // Load it is read only.
@@ -88,6 +94,7 @@ func Load(dir string) (*Feed, error) {
 	}
 	var all []recorded
 	var first, last time.Time
+	var firstBy, lastBy string // the coins whose rows set the span
 	for _, c := range list {
 		path := filepath.Join(dir, "coins", c.ID+".csv")
 		rows, err := readCoin(path, c.ID, h)
@@ -99,15 +106,19 @@ func Load(dir string) (*Feed, error) {
 			return nil, err
 		}
 		if first.IsZero() || rows[0].Time.Before(first) {
-			first = rows[0].Time
+			first, firstBy = rows[0].Time, c.ID
 		}
 		if end := rows[len(rows)-1].Time; end.After(last) {
-			last = end
+			last, lastBy = end, c.ID
 		}
 		all = append(all, recorded{c, rows})
 	}
 	if len(all) == 0 {
 		return nil, fmt.Errorf("%s: none of the %d coins of %s has a file %s", dir, len(list), listPath, filepath.Join(dir, "coins", "<id>.csv"))
+	}
+	if last.Sub(first) > maxSpan {
+		return nil, fmt.Errorf("%s: the recording spans from %s (%s's first row) to %s (%s's last): at most %d years", dir,
+			first.Format(time.DateOnly), firstBy, last.Format(time.DateOnly), lastBy, maxSpan/(366*day))
 	}
 	f.start = first.Truncate(day)
 	lastDay := last.Truncate(day)
@@ -124,19 +135,49 @@ func Load(dir string) (*Feed, error) {
 		f.byID[c.info.ID] = c
 	}
 	if len(f.coins) == 0 {
-		return nil, fmt.Errorf("%s: no coin is recorded from the first day (%s) to the last (%s)", dir, f.start.Format(time.DateOnly), lastDay.Format(time.DateOnly))
+		return nil, fmt.Errorf("%s: no coin is recorded from the first day (%s, %s's first row) to the last (%s, %s's last)", dir,
+			f.start.Format(time.DateOnly), firstBy, lastDay.Format(time.DateOnly), lastBy)
 	}
 	sort.Strings(f.left)
 	f.sum = h.Sum64()
 	return f, nil
 }
 
-func readList(path string, h interface{ Write([]byte) (int, error) }) ([]CoinList, error) {
-	b, err := os.ReadFile(path)
+// maxFileSize bounds a file of the recording (coingecko-2021's largest
+// is 60 KB): a mistaken path (a device, a huge file) does not take the
+// server's memory.
+const maxFileSize = 64 << 20
+
+// readFile reads a regular file of at most maxFileSize bytes into h too.
+func readFile(path string, h hash.Hash) ([]byte, error) {
+	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, err // names the path
 	}
+	if !fi.Mode().IsRegular() || fi.Size() > maxFileSize {
+		return nil, fmt.Errorf("%s: want a regular file of at most %d MiB", path, maxFileSize>>20)
+	}
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	b, err := io.ReadAll(io.LimitReader(fh, maxFileSize+1))
+	if err == nil && len(b) > maxFileSize {
+		err = fmt.Errorf("%s: want a regular file of at most %d MiB", path, maxFileSize>>20)
+	}
+	if err != nil {
+		return nil, err
+	}
 	h.Write(b)
+	return b, nil
+}
+
+func readList(path string, h hash.Hash) ([]CoinList, error) {
+	b, err := readFile(path, h)
+	if err != nil {
+		return nil, err
+	}
 	list, err := ParseCoinList(bytes.NewReader(b))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -144,13 +185,12 @@ func readList(path string, h interface{ Write([]byte) (int, error) }) ([]CoinLis
 	return list, nil
 }
 
-func readCoin(path, id string, h interface{ Write([]byte) (int, error) }) ([]Row, error) {
-	b, err := os.ReadFile(path)
+func readCoin(path, id string, h hash.Hash) ([]Row, error) {
+	h.Write([]byte(id))
+	b, err := readFile(path, h)
 	if err != nil {
 		return nil, err
 	}
-	h.Write([]byte(id))
-	h.Write(b)
 	rows, err := ParseCoin(bytes.NewReader(b), id)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

@@ -50,11 +50,14 @@ func TestParseCoin(t *testing.T) {
 		{head + "soon,x,bitcoin,1,2,3\n", `line 2: timestamp "soon": want Unix milliseconds`},
 		{head + "-1,x,bitcoin,1,2,3\n", `line 2: timestamp "-1"`},
 		{head + "99999999999999999,x,bitcoin,1,2,3\n", "from 1970 to 9999"},
-		{head + "1609459200000,x,bitcoin,0,2,3\n", `line 2: price "0": want a number above 0`},
+		{head + "1609459200000,x,bitcoin,0,2,3\n", `line 2: price "0": want a number from 1e-18 to 1e+15`},
+		{head + "1609459200000,x,bitcoin,1e-19,2,3\n", `price "1e-19": want a number from 1e-18`},
+		{head + "1609459200000,x,bitcoin,2e15,2,3\n", `price "2e15": want a number from 1e-18 to 1e+15`},
+		{head + "1609459200000,x,bitcoin,1,1e300,3\n", `marketCap "1e300": want a number from 0 to 1e+18, or nothing`},
 		{head + "1609459200000,x,bitcoin,,2,3\n", `price "": want a finite number`},
 		{head + "1609459200000,x,bitcoin,NaN,2,3\n", `price "NaN": want a finite number`},
 		{head + "1609459200000,x,bitcoin,1e999,2,3\n", `price "1e999": want a finite number`},
-		{head + "1609459200000,x,bitcoin,1,-2,3\n", `marketCap "-2": want 0 or more`},
+		{head + "1609459200000,x,bitcoin,1,-2,3\n", `marketCap "-2": want a number from 0`},
 		{head + "1609459200000,x,bitcoin,1,2,Inf\n", `totalVolume "Inf": want a finite number`},
 		{head + "1609459200000,x,bitcoin,1,2,3\n1609459200000,x,bitcoin,1,2,3\n", "line 3: timestamp 1609459200000 is not after the previous row's"},
 		{head + "1609545600000,x,bitcoin,1,2,3\n1609459200000,x,bitcoin,1,2,3\n", "line 3: timestamp 1609459200000 is not after"},
@@ -84,6 +87,8 @@ func TestParseCoinList(t *testing.T) {
 		{"id,symbol,name\n.hidden,x,X\n", `id ".hidden"`},
 		{"id,symbol,name\nbitcoin, ,Bitcoin\n", `line 2: symbol " "`},
 		{"id,symbol,name\nbitcoin,btc,\n", `line 2: name ""`},
+		{"id,symbol,name\nbitcoin,b\x01c,Bitcoin\n", `line 2: symbol "b\x01c": want 1 to 50 printable characters`},
+		{"id,symbol,name\nbitcoin,btc,Bit\xffcoin\n", `line 2: name "Bit\xffcoin": want 1 to 200 printable characters`},
 		{"id,symbol,name\nbitcoin,btc,Bitcoin\nbitcoin,xbt,Bitcoin\n", `line 3: id "bitcoin" is listed already on line 2`},
 		{"id,symbol,name\nbitcoin,btc\n", "wrong number of fields"},
 	} {
@@ -184,8 +189,23 @@ func TestLoadRefusals(t *testing.T) {
 	}
 	if _, err := Load(recording(t, "id,symbol,name\nalpha,alp,Alpha\nbeta,bet,Beta\n", map[string][]string{
 		"alpha": {"0s,1,1,1"}, "beta": {"48h,1,1,1"},
-	})); err == nil || !strings.Contains(err.Error(), "no coin is recorded from the first day (2021-01-01) to the last (2021-01-03)") {
+	})); err == nil || !strings.Contains(err.Error(), "no coin is recorded from the first day (2021-01-01, alpha's first row) to the last (2021-01-03, beta's last)") {
 		t.Errorf("no coin for the whole span: %v", err)
+	}
+	// A century at most: a stray row far away names its coin.
+	if _, err := Load(recording(t, "id,symbol,name\nalpha,alp,Alpha\nbeta,bet,Beta\n", map[string][]string{
+		"alpha": {"0s,1,1,1", "24h,1,1,1"}, "beta": {"0s,1,1,1", "900000h,1,1,1"},
+	})); err == nil || !strings.Contains(err.Error(), "to 2123-09-04 (beta's last): at most 100 years") {
+		t.Errorf("a span of 102 years: %v", err)
+	}
+	// Not a regular file (a FIFO would block the start, a device fill the
+	// memory).
+	fifo := recording(t, "id,symbol,name\nalpha,alp,Alpha\n", nil)
+	if err := os.Symlink("/dev/zero", filepath.Join(fifo, "coins", "alpha.csv")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(fifo); err == nil || !strings.Contains(err.Error(), "alpha.csv: want a regular file of at most 64 MiB") {
+		t.Errorf("/dev/zero as a coin's file: %v", err)
 	}
 }
 
