@@ -539,6 +539,9 @@ func newFeed(cfg serveConfig, log *slog.Logger) (coinpulse.Feed, error) {
 		if left := f.LeftOut(); len(left) > 0 {
 			log.Info("replay: coins not recorded for the whole span are left out", "coins", len(left), "first", left[:min(len(left), 5)])
 		}
+		if u := f.UnknownPrices(); len(u) > 0 {
+			log.Info("replay: rows of unknown price (0, or beyond what a price can be) are read as missing, the price moving over them", "coins", u)
+		}
 		return f, nil
 	}
 	f, err := sim.New(cfg.seed, cfg.simCoins)

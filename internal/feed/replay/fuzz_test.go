@@ -6,7 +6,7 @@ import (
 )
 
 // FuzzParseCoin: a price file either parses into rows that keep the
-// feed's invariants (timestamps increasing, figures within their bounds)
+// feed's invariants (timestamps increasing, figures within their bounds, or 0 for unknown)
 // or is refused with a message, never a panic. The corpus is in
 // testdata/fuzz/FuzzParseCoin.
 func FuzzParseCoin(f *testing.F) {
@@ -29,7 +29,7 @@ func FuzzParseCoin(f *testing.F) {
 			t.Fatal("no rows and no error")
 		}
 		for i, r := range rows {
-			if !(minPrice <= r.Price && r.Price <= maxPrice) || !(0 <= r.MarketCap && r.MarketCap <= maxAmount) || !(0 <= r.TotalVolume && r.TotalVolume <= maxAmount) {
+			if !(r.Price == 0 || minPrice <= r.Price && r.Price <= maxPrice) || !(0 <= r.MarketCap && r.MarketCap <= maxAmount) || !(0 <= r.TotalVolume && r.TotalVolume <= maxAmount) {
 				t.Fatalf("row %d: %+v", i, r)
 			}
 			if r.Time.Year() < 1970 || r.Time.Year() > 9999 || i > 0 && !r.Time.After(rows[i-1].Time) {

@@ -14,9 +14,10 @@ import (
 )
 
 // Row is one line of a coin's price file: the coin's figures at Time, all
-// in USD. MarketCap and TotalVolume are 0 when the file leaves them empty
-// or says 0 (CoinGecko's daily data does, for coins whose supply it did
-// not know that day).
+// in USD. A figure is 0 when it is unknown: left empty or 0 (CoinGecko's
+// daily data has market caps of 0 for coins whose supply it did not know
+// that day), or beyond what it can be (see minPrice): a glitch of the
+// recording, such as veritaseum's price of 1e-35 for three days of 2021.
 type Row struct {
 	Time        time.Time
 	Price       float64
@@ -33,7 +34,8 @@ const maxRows = 100 * 366 * 24
 
 // Bounds of the figures, in USD: wide enough for any coin (a price of
 // 1e-18 is a billionth of shiba-inu's), narrow enough that a price times
-// any supply they imply, and their interpolations, stay finite.
+// any supply they imply, and their interpolations, stay finite. A figure
+// beyond them is read as unknown.
 const (
 	minPrice  = 1e-18
 	maxPrice  = 1e15
@@ -42,9 +44,9 @@ const (
 
 // ParseCoin reads a coin's price file: the header line, then one row a
 // point, oldest first, each naming the coin id. Timestamps are Unix
-// milliseconds, strictly increasing; the price is finite and above 0; the
-// market cap and the volume are finite and not negative, or empty. The
-// error names the line.
+// milliseconds, strictly increasing; the price is a finite number, 0 or
+// more; the market cap and the volume too, or empty. Figures that cannot
+// be are read as unknown (see Row). The error names the line.
 func ParseCoin(r io.Reader, id string) ([]Row, error) {
 	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = len(coinHeader)
@@ -124,26 +126,37 @@ func number(name, s string) (float64, error) {
 	return v, nil
 }
 
-// price parses a price: from minPrice to maxPrice.
+// price parses a price: a number, 0 or more; 0 (unknown) when it is not
+// from minPrice to maxPrice.
 func price(s string) (float64, error) {
 	v, err := number("price", s)
-	if err == nil && !(minPrice <= v && v <= maxPrice) {
-		err = fmt.Errorf("price %q: want a number from %g to %g", s, minPrice, maxPrice)
+	switch {
+	case err != nil:
+		return 0, err
+	case v < 0:
+		return 0, fmt.Errorf("price %q: want a number, 0 or more", s)
+	case v < minPrice || v > maxPrice:
+		return 0, nil
 	}
-	return v, err
+	return v, nil
 }
 
-// amount parses an optional amount: empty (read as 0), or from 0 to
-// maxAmount.
+// amount parses an optional amount: empty, or a number, 0 or more; 0
+// (unknown) when it is empty or more than maxAmount.
 func amount(name, s string) (float64, error) {
 	if s == "" {
 		return 0, nil
 	}
 	v, err := number(name, s)
-	if err == nil && !(0 <= v && v <= maxAmount) {
-		err = fmt.Errorf("%s %q: want a number from 0 to %g, or nothing", name, s, maxAmount)
+	switch {
+	case err != nil:
+		return 0, err
+	case v < 0:
+		return 0, fmt.Errorf("%s %q: want a number, 0 or more, or nothing", name, s)
+	case v > maxAmount:
+		return 0, nil
 	}
-	return v, err
+	return v, nil
 }
 
 // CoinList is one line of coinlist.csv.

@@ -63,6 +63,8 @@ type Feed struct {
 	byID   map[string]*coin
 	sum    uint64 // of every file read, for String
 	left   []string
+	// unknown names the coins with rows of unknown price, and how many.
+	unknown []string
 }
 
 // coin is one coin's recording.
@@ -104,6 +106,20 @@ func Load(dir string) (*Feed, error) {
 		}
 		if err != nil {
 			return nil, err
+		}
+		// Rows of unknown price are not points: the price moves over them.
+		known := rows[:0]
+		for _, r := range rows {
+			if r.Price > 0 {
+				known = append(known, r)
+			}
+		}
+		if n := len(rows) - len(known); n > 0 {
+			f.unknown = append(f.unknown, fmt.Sprintf("%s (%d)", c.ID, n))
+		}
+		if rows = known; len(rows) == 0 {
+			f.left = append(f.left, c.ID)
+			continue
 		}
 		if first.IsZero() || rows[0].Time.Before(first) {
 			first, firstBy = rows[0].Time, c.ID
@@ -238,6 +254,10 @@ func (f *Feed) Period() time.Duration { return f.period }
 // LeftOut lists, sorted, the coins of coinlist.csv not served: without a
 // file, or not recorded for the whole span.
 func (f *Feed) LeftOut() []string { return slices.Clone(f.left) }
+
+// UnknownPrices lists the coins whose files have rows of unknown price
+// (0, or beyond what a price can be), with how many: "veritaseum (3)".
+func (f *Feed) UnknownPrices() []string { return slices.Clone(f.unknown) }
 
 // Universe returns the coins served, in coinlist.csv's order.
 func (f *Feed) Universe(context.Context) ([]coinpulse.CoinInfo, error) {

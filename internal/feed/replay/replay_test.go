@@ -41,6 +41,13 @@ func TestParseCoin(t *testing.T) {
 	}
 
 	const head = "timestamp,readableTimestamp,coinId,price,marketCap,totalVolume\n"
+	// Figures that cannot be are unknown (0): veritaseum's price of 1e-35.
+	for _, in := range []string{"0,0,0", "1.0239229664654485e-35,1e300,2e18", "2e15,1e19,1e300"} {
+		rows, err := ParseCoin(strings.NewReader(head+"1609459200000,x,bitcoin,"+in+"\n"), "bitcoin")
+		if err != nil || len(rows) != 1 || rows[0].Price != 0 || rows[0].MarketCap != 0 || rows[0].TotalVolume != 0 {
+			t.Errorf("%s: %+v %v, want a row of unknown figures", in, rows, err)
+		}
+	}
 	for _, tt := range []struct{ in, want string }{
 		{"", "empty file"},
 		{head, "no rows after the header"},
@@ -50,14 +57,12 @@ func TestParseCoin(t *testing.T) {
 		{head + "soon,x,bitcoin,1,2,3\n", `line 2: timestamp "soon": want Unix milliseconds`},
 		{head + "-1,x,bitcoin,1,2,3\n", `line 2: timestamp "-1"`},
 		{head + "99999999999999999,x,bitcoin,1,2,3\n", "from 1970 to 9999"},
-		{head + "1609459200000,x,bitcoin,0,2,3\n", `line 2: price "0": want a number from 1e-18 to 1e+15`},
-		{head + "1609459200000,x,bitcoin,1e-19,2,3\n", `price "1e-19": want a number from 1e-18`},
-		{head + "1609459200000,x,bitcoin,2e15,2,3\n", `price "2e15": want a number from 1e-18 to 1e+15`},
-		{head + "1609459200000,x,bitcoin,1,1e300,3\n", `marketCap "1e300": want a number from 0 to 1e+18, or nothing`},
+		{head + "1609459200000,x,bitcoin,-1,2,3\n", `line 2: price "-1": want a number, 0 or more`},
 		{head + "1609459200000,x,bitcoin,,2,3\n", `price "": want a finite number`},
 		{head + "1609459200000,x,bitcoin,NaN,2,3\n", `price "NaN": want a finite number`},
 		{head + "1609459200000,x,bitcoin,1e999,2,3\n", `price "1e999": want a finite number`},
-		{head + "1609459200000,x,bitcoin,1,-2,3\n", `marketCap "-2": want a number from 0`},
+		{head + "1609459200000,x,bitcoin,1,-2,3\n", `marketCap "-2": want a number, 0 or more, or nothing`},
+		{head + "1609459200000,x,bitcoin,1,2,-3\n", `totalVolume "-3": want a number, 0 or more, or nothing`},
 		{head + "1609459200000,x,bitcoin,1,2,Inf\n", `totalVolume "Inf": want a finite number`},
 		{head + "1609459200000,x,bitcoin,1,2,3\n1609459200000,x,bitcoin,1,2,3\n", "line 3: timestamp 1609459200000 is not after the previous row's"},
 		{head + "1609545600000,x,bitcoin,1,2,3\n1609459200000,x,bitcoin,1,2,3\n", "line 3: timestamp 1609459200000 is not after"},
@@ -179,7 +184,7 @@ func TestLoadRefusals(t *testing.T) {
 	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "coinlist.csv")) {
 		t.Errorf("no coinlist.csv: %v", err)
 	}
-	bad := recording(t, "id,symbol,name\nalpha,alp,Alpha\n", map[string][]string{"alpha": {"0s,100,1000,10", "24h,0,1,1"}})
+	bad := recording(t, "id,symbol,name\nalpha,alp,Alpha\n", map[string][]string{"alpha": {"0s,100,1000,10", "24h,-1,1,1"}})
 	if _, err := Load(bad); err == nil || !strings.Contains(err.Error(), filepath.Join(bad, "coins", "alpha.csv")+": line 3: price") {
 		t.Errorf("a bad price: %v", err)
 	}
@@ -251,6 +256,28 @@ func TestFigures(t *testing.T) {
 	}
 	if q, err := f.Quotes(ctx, start.Add(-time.Second)); err != nil || len(q) != 0 {
 		t.Errorf("before the recording: %v %v", q, err)
+	}
+}
+
+// A row of unknown price is no point: the price moves over it. A coin
+// whose prices are all unknown is left out.
+func TestUnknownPrices(t *testing.T) {
+	f, err := Load(recording(t, "id,symbol,name\nalpha,alp,Alpha\nnone,non,None\n", map[string][]string{
+		"alpha": {"0s,100,0,10", "24h,1e-35,0,0", "48h,400,0,40", "72h,400,0,40"},
+		"none":  {"0s,0,0,0", "72h,0,0,0"},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(f.UnknownPrices(), " "); got != "alpha (1) none (2)" {
+		t.Errorf("unknown prices %q", got)
+	}
+	if got := strings.Join(f.LeftOut(), " "); got != "none" {
+		t.Errorf("left out %q", got)
+	}
+	q, _ := f.Quotes(ctx, f.Start().Add(24*time.Hour))
+	if len(q) != 1 || !near(q[0].Price, 200) || !near(q[0].TotalVolume, 20) {
+		t.Errorf("over the unknown row: %+v, want 200 (geometric from 100 to 400) and a volume of 20", q)
 	}
 }
 
