@@ -479,9 +479,16 @@ func TestSearch(t *testing.T) {
 			t.Errorf("meta.query %v", res.Meta["query"])
 		}
 	}
-	items := decode[[]coinpulse.MarketItem](t, do(t, srv, "GET", "/api/v1/markets/search?q=co&limit=3", key))
+	res := do(t, srv, "GET", "/api/v1/markets/search?q=co&limit=3", key)
+	items := decode[[]coinpulse.MarketItem](t, res)
 	if len(items) != 3 {
 		t.Errorf("limit=3 gave %d", len(items))
+	}
+	// meta.total counts every match, beyond the limit.
+	res = do(t, srv, "GET", "/api/v1/markets/search?q=eth&limit=2", key)
+	all := decode[[]coinpulse.MarketItem](t, do(t, srv, "GET", "/api/v1/markets/search?q=eth&limit=100", key))
+	if total, _ := res.Meta["total"].(float64); len(all) <= 2 || len(all) == 100 || int(total) != len(all) {
+		t.Errorf("q=eth&limit=2: meta.total %v, %d matches with limit=100", res.Meta["total"], len(all))
 	}
 	if items := decode[[]coinpulse.MarketItem](t, do(t, srv, "GET", "/api/v1/markets/search?q=zzzzqqq", key)); len(items) != 0 {
 		t.Errorf("nonsense query matched %v", items)

@@ -230,9 +230,8 @@ func (s *Server) searchMarkets(w http.ResponseWriter, r *http.Request) error {
 	}
 	m := s.marketMeta(w, snap)
 	m.Query, m.Snapshot = text, ""
-	found := snap.Search(text, limit)
-	n := len(found)
-	m.Total = &n
+	found, total := snap.Search(text, limit)
+	m.Total = &total
 	// Searches are not memoised: their keys are the clients' free text.
 	c, err := encodeCached(snap, "search|"+text+"|"+strconv.Itoa(limit), items(found))
 	if err != nil {

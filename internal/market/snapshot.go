@@ -201,10 +201,12 @@ func (s *Snapshot) Page(order Order, page, perPage int) (items []*coinpulse.Coin
 
 // Search matches q case-insensitively on symbol, name or id: exact
 // symbol, exact name or id, prefix, substring (SPEC's order, the id
-// ranked with the name), each by market cap rank.
-func (s *Snapshot) Search(q string, limit int) []*coinpulse.CoinDetail {
+// ranked with the name), each by market cap rank. It returns the first
+// limit matches and how many coins match in all.
+func (s *Snapshot) Search(q string, limit int) ([]*coinpulse.CoinDetail, int) {
 	q = strings.ToLower(q)
 	var buckets [4][]*coinpulse.CoinDetail
+	total := 0
 	for i, k := range s.lower {
 		var b int
 		if !strings.Contains(k.all, q) {
@@ -222,6 +224,7 @@ func (s *Snapshot) Search(q string, limit int) []*coinpulse.CoinDetail {
 		default:
 			continue
 		}
+		total++
 		if len(buckets[b]) < limit {
 			buckets[b] = append(buckets[b], s.coins[i])
 		}
@@ -230,7 +233,7 @@ func (s *Snapshot) Search(q string, limit int) []*coinpulse.CoinDetail {
 	for _, b := range buckets {
 		out = append(out, b[:min(len(b), limit-len(out))]...)
 	}
-	return out
+	return out, total
 }
 
 // Gainers returns up to limit coins with a positive 24 h change, largest

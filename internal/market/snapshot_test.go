@@ -250,9 +250,13 @@ func TestSearch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := s.Search(tt.q, tt.limit)
+			got, total := s.Search(tt.q, tt.limit)
 			if diff := cmp.Diff(tt.want, ids(got)); diff != "" {
 				t.Errorf("Search(%q, %d) (-want +got):\n%s", tt.q, tt.limit, diff)
+			}
+			// Every match counts, beyond the limit too.
+			if all, _ := s.Search(tt.q, 100); total != len(all) {
+				t.Errorf("Search(%q, %d) total %d, want %d", tt.q, tt.limit, total, len(all))
 			}
 			if got == nil {
 				t.Errorf("Search(%q) = nil, want a non-nil slice", tt.q)
@@ -262,7 +266,10 @@ func TestSearch(t *testing.T) {
 	t.Run("limit respected on a large snapshot", func(t *testing.T) {
 		s := build(t, manyCoins(2000, 3)...)
 		for _, limit := range []int{1, 7, 20, 100} {
-			got := s.Search("coin", limit)
+			got, total := s.Search("coin", limit)
+			if total != 2000 {
+				t.Errorf("Search(coin, %d) total %d, want 2000", limit, total)
+			}
 			if len(got) != limit {
 				t.Errorf("Search(coin, %d) = %d results, want %d", limit, len(got), limit)
 			}
