@@ -75,6 +75,8 @@ func TestServeReplayRefusals(t *testing.T) {
 		{[]string{"--feed", "replay"}, "--feed replay needs --replay-dir"},
 		{[]string{"--replay-dir", rec}, "--replay-dir is for --feed replay; the feed is sim"},
 		{[]string{"--feed", "coingecko"}, `--feed "coingecko": sim or replay`},
+		{[]string{"--feed", "replay", "--replay-dir", rec, "--seed", "2"}, "--seed is for --feed sim; the feed is replay"},
+		{[]string{"--feed", "replay", "--replay-dir", rec, "--sim-coins", "2000"}, "--sim-coins is for --feed sim; the feed is replay"},
 		{[]string{"--feed", "replay", "--replay-dir", t.TempDir()}, "coinlist.csv: no such file or directory"},
 		{[]string{"--feed", "replay", "--replay-dir", rec}, filepath.Join(rec, "coins", "alpha.csv") + `: line 2: price "-1": want a number, 0 or more`},
 		{[]string{"--feed", "replay", "--replay-dir", future}, "the recording starts on 2100-01-01, in the future: there is nothing to play yet"},
@@ -87,5 +89,10 @@ func TestServeReplayRefusals(t *testing.T) {
 		if _, err := os.Stat(dir); err == nil {
 			t.Errorf("%v: refused after creating the data directory", tt.args)
 		}
+	}
+	// A sim flag left in the environment names its variable.
+	_, _, err := cli(t, map[string]string{"COINPULSE_SEED": "7"}, "serve", "--addr", freeAddr(t), "--data-dir", filepath.Join(t.TempDir(), "data"), "--feed", "replay", "--replay-dir", rec)
+	if err == nil || !strings.HasSuffix(err.Error(), "--seed is for --feed sim; the feed is replay (set by COINPULSE_SEED)") {
+		t.Errorf("COINPULSE_SEED with the replay feed: %v", err)
 	}
 }

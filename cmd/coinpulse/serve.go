@@ -110,6 +110,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, err
 	}
 	c.db = *db
+	given := map[string]bool{} // on the command line or by the environment
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	switch {
 	case c.feed != "sim" && c.feed != "replay":
 		return c, fmt.Errorf("--feed %q: sim or replay (coingecko and binance are not available in this version)", c.feed)
@@ -117,6 +119,10 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, errors.New("--feed replay needs --replay-dir: the directory of the recording to play (coinlist.csv and coins/<id>.csv)")
 	case c.feed != "replay" && c.replayDir != "":
 		return c, fmt.Errorf("--replay-dir is for --feed replay; the feed is %s", c.feed)
+	case c.feed != "sim" && given["seed"]:
+		return c, fmt.Errorf("--seed is for --feed sim; the feed is %s", c.feed)
+	case c.feed != "sim" && given["sim-coins"]:
+		return c, fmt.Errorf("--sim-coins is for --feed sim; the feed is %s", c.feed)
 	case c.refresh < 100*time.Millisecond:
 		return c, fmt.Errorf("--refresh %s: must be at least 100ms", c.refresh)
 	case c.refresh > 24*time.Hour:
