@@ -1039,9 +1039,14 @@ func TestEngineAnotherFeedsHistoryIsReplaced(t *testing.T) {
 	store := openStore(t, loadedStore(t)) // sim seed 1, loaded at start
 	other := otherFeed{newSpy(t, 1)}
 	later := start.Add(2 * time.Hour)
-	e := New(Config{Feed: other, Store: store, Clock: func() time.Time { return later }, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Refresh: time.Millisecond})
+	var log strings.Builder
+	e := New(Config{Feed: other, Store: store, Clock: func() time.Time { return later }, Log: slog.New(slog.NewTextHandler(&log, nil)), Refresh: time.Millisecond})
 	if err := e.Load(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	// Its first start on the database: the log says whose points it replaces.
+	if !strings.Contains(log.String(), `msg="stored history is another feed's; backfilling" stored_by="sim/v4(`) {
+		t.Errorf("the other feed's first start logged:\n%s", log.String())
 	}
 	pts := engineHistory(t, e, "bitcoin", 30, coinpulse.Daily)
 	if len(pts) == 0 || pts[0].Timestamp.Before(otherListing) {

@@ -117,10 +117,14 @@ func parseRow(rec []string, id string) (Row, error) {
 	return row, nil
 }
 
-// number parses a finite number.
+// number parses a number.
+//
+// A number beyond float64's range (1e400) is ±Inf or 0, as out of bounds
+// as it is, for price and amount to read as unknown or refuse when
+// negative; the words Inf and NaN are refused.
 func number(name, s string) (float64, error) {
 	v, err := strconv.ParseFloat(s, 64)
-	if err != nil && !errors.Is(err, strconv.ErrRange) || math.IsNaN(v) || math.IsInf(v, 0) {
+	if err != nil && !errors.Is(err, strconv.ErrRange) || err == nil && (math.IsNaN(v) || math.IsInf(v, 0)) {
 		return 0, fmt.Errorf("%s %q: want a finite number", name, s)
 	}
 	return v, nil
