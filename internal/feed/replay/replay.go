@@ -11,7 +11,8 @@
 // period after it plays the recording again. Between two recorded points
 // the price moves geometrically (a constant rate of change), and after the
 // last point it moves the same way toward the first one, one period
-// later, so the loop has no jump. The price is therefore a pure function
+// later, so the loop has no jump. A row of unknown price (see Row) is no
+// point: the price moves over it. The price is therefore a pure function
 // of the recording and the instant: every node, and every restart, serves
 // the same figures.
 //
