@@ -219,7 +219,7 @@ func (e *Engine) loadState(ctx context.Context) savedState {
 	if err != nil {
 		if !coinpulse.IsNotFound(err) {
 			e.cfg.Log.Warn("market state unreadable; backfilling", "err", err)
-		} else if by, err := e.cfg.Store.GetKV(ctx, historyKey); err == nil {
+		} else if by, err := e.cfg.Store.GetKV(ctx, historyKey); err == nil && string(by) != e.fingerprint() {
 			// This feed's first start on a database another has played:
 			// the backfill replaces its points.
 			e.cfg.Log.Info("stored history is another feed's; backfilling", "stored_by", string(by), "feed", e.fingerprint())
