@@ -213,3 +213,18 @@ func decode[T any](t *testing.T, res *response) T {
 	}
 	return v
 }
+
+// wantMetrics scrapes h's /metrics, fails t for each line fragment it
+// lacks, and returns the text for further checks.
+func wantMetrics(t *testing.T, h http.Handler, want ...string) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	text := rec.Body.String()
+	for _, w := range want {
+		if !strings.Contains(text, w) {
+			t.Errorf("/metrics lacks %s", w)
+		}
+	}
+	return text
+}

@@ -228,13 +228,11 @@ func TestIdempotencyKeyConcurrent(t *testing.T) {
 	}
 	wantError(t, sendKeyed(t, srv, "POST", target, key, `{}`, "Idempotency-Key", "race"), http.StatusUnprocessableEntity, coinpulse.CodeValidation)
 	// The outcomes are counted.
-	rec := httptest.NewRecorder()
-	srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	for _, outcome := range []string{"claimed", "replayed", "mismatch"} {
-		if !strings.Contains(rec.Body.String(), `coinpulse_idempotency_keys_total{outcome="`+outcome+`"}`) {
-			t.Errorf("/metrics has no coinpulse_idempotency_keys_total for %s", outcome)
-		}
-	}
+	wantMetrics(t, srv.Handler(),
+		`coinpulse_idempotency_keys_total{outcome="claimed"}`,
+		`coinpulse_idempotency_keys_total{outcome="replayed"}`,
+		`coinpulse_idempotency_keys_total{outcome="mismatch"}`,
+	)
 }
 
 // A key whose request was cut off (its node crashed) before it applied

@@ -297,18 +297,12 @@ func TestSandboxLimitsAndSimulation(t *testing.T) {
 		t.Errorf("/ws without a key header, with X-Sandbox-Simulate: details %+v", res.Error.Details)
 	}
 	// The simulations are counted apart from real answers in /metrics.
-	rec := httptest.NewRecorder()
-	srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	for _, want := range []string{
+	metrics := wantMetrics(t, srv.Handler(),
 		`coinpulse_sandbox_simulations_total{route="/api/v1/markets/global",simulation="rate_limit"} 1`,
 		`coinpulse_sandbox_simulations_total{route="/api/v1/markets/global",simulation="server_error"} 1`,
-	} {
-		if !strings.Contains(rec.Body.String(), want) {
-			t.Errorf("/metrics lacks %s", want)
-		}
-	}
+	)
 	for _, unwanted := range []string{`status="500"`, `status="429"`} {
-		if strings.Contains(rec.Body.String(), unwanted) {
+		if strings.Contains(metrics, unwanted) {
 			t.Errorf("/metrics counts a simulated answer as a request with %s", unwanted)
 		}
 	}
