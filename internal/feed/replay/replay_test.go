@@ -19,6 +19,14 @@ const dataset = "../../../../shared/datasets/coingecko-2021"
 
 var ctx = context.Background()
 
+// needDataset skips tb when the real recording is absent.
+func needDataset(tb testing.TB) {
+	tb.Helper()
+	if _, err := os.Stat(dataset); err != nil {
+		tb.Skipf("no recording at %s (../shared is absent): %v", dataset, err)
+	}
+}
+
 func TestParseCoin(t *testing.T) {
 	in := "\ufefftimestamp,readableTimestamp,coinId,price,marketCap,totalVolume\n" +
 		`1609459200000,"1/1/2021, 12:00:00 AM",bitcoin,29022.41,539438036435.67,43503516563.29` + "\n" +
@@ -329,9 +337,7 @@ func TestHistory(t *testing.T) {
 // plays each day's real figures on that day, in 2021 and in every loop
 // after it, and the loop's turn has no jump.
 func TestDataset(t *testing.T) {
-	if _, err := os.Stat(dataset); err != nil {
-		t.Skipf("no recording at %s (../shared is absent): %v", dataset, err)
-	}
+	needDataset(t)
 	f, err := Load(dataset)
 	if err != nil {
 		t.Fatal(err)
@@ -393,9 +399,7 @@ func TestDataset(t *testing.T) {
 // BenchmarkQuotes is one refresh of the real recording: every coin's
 // figures at an instant (a binary search and an interpolation a coin).
 func BenchmarkQuotes(b *testing.B) {
-	if _, err := os.Stat(dataset); err != nil {
-		b.Skipf("no recording at %s (../shared is absent): %v", dataset, err)
-	}
+	needDataset(b)
 	f, err := Load(dataset)
 	if err != nil {
 		b.Fatal(err)
@@ -412,9 +416,7 @@ func BenchmarkQuotes(b *testing.B) {
 
 // BenchmarkLoad reads and checks the real recording: a start's cost.
 func BenchmarkLoad(b *testing.B) {
-	if _, err := os.Stat(dataset); err != nil {
-		b.Skipf("no recording at %s (../shared is absent): %v", dataset, err)
-	}
+	needDataset(b)
 	for b.Loop() {
 		if _, err := Load(dataset); err != nil {
 			b.Fatal(err)
