@@ -1123,3 +1123,23 @@ func TestEngineAnotherFeedsFailedBackfillIsReplaced(t *testing.T) {
 	stored := storedHistory(t, store, "bitcoin", coinpulse.Hourly, later.Add(-24*time.Hour), later)
 	samePoints(t, "bitcoin's hourly history", feedHistory(t, feed.Feed, "bitcoin", coinpulse.Hourly, later.Add(-24*time.Hour), later), stored)
 }
+
+// A feed's first start logs that it replaces another feed's history only
+// when the history is another's: here its saved state is gone but the
+// history is its own.
+func TestEngineOwnHistoryIsNotAnotherFeeds(t *testing.T) {
+	t.Parallel()
+	store := openStore(t, filepath.Join(t.TempDir(), "db"))
+	feed := newSpy(t, 1)
+	if err := store.PutKV(context.Background(), historyKey, []byte(feed.String())); err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	e := New(Config{Feed: feed, Store: store, Clock: func() time.Time { return start }, Log: slog.New(slog.NewTextHandler(&log, nil)), Refresh: time.Millisecond})
+	if err := e.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(log.String(), "another feed's") {
+		t.Errorf("a start on the feed's own history logged:\n%s", log.String())
+	}
+}
