@@ -148,3 +148,12 @@ type Feed interface {
 	// Quotes returns the figures of every coin as of now.
 	Quotes(ctx context.Context, now time.Time) ([]Quote, error)
 }
+
+// QuotedRollup is implemented by a feed whose History is costly (an
+// upstream API called once a coin, at a rate): when RollupFromQuotes is
+// true, a refresh that comes after the hour turned, by less than an hour,
+// records the hour's point from its own quotes rather than from History.
+// A gap of more than an hour is still filled from History.
+type QuotedRollup interface {
+	RollupFromQuotes() bool
+}

@@ -49,6 +49,9 @@ type retainedSnapshot struct {
 type Engine struct {
 	cfg     Config
 	markets *int
+	// quotedRollup: a late tick rolls its hour up from the latest quotes
+	// (see coinpulse.QuotedRollup).
+	quotedRollup bool
 
 	current atomic.Pointer[Snapshot]
 
@@ -78,6 +81,9 @@ func New(cfg Config) *Engine {
 		cfg.Log = slog.Default()
 	}
 	e := &Engine{cfg: cfg, coins: map[string]*coinState{}}
+	if q, ok := cfg.Feed.(coinpulse.QuotedRollup); ok {
+		e.quotedRollup = q.RollupFromQuotes()
+	}
 	if m, ok := cfg.Feed.(interface{ Markets() int }); ok {
 		n := m.Markets()
 		e.markets = &n
@@ -430,8 +436,12 @@ func (e *Engine) rollup(ctx context.Context, now time.Time) error {
 	// A tick on the hour has the hour's own quotes; any later one (a
 	// refresh that does not divide the hour, a tick missed or failed)
 	// takes the hour's point from the feed's history, so that a point
-	// stamped on the grid holds the figures of that time, as a backfill's.
-	if hour.Sub(e.lastHour) > time.Hour || day.Sub(e.lastDay) > 24*time.Hour || !now.Equal(hour) {
+	// stamped on the grid holds the figures of that time, as a backfill's
+	// — unless the feed's history costs an upstream call a coin
+	// (quotedRollup): then the latest quotes stand for the hour, as long
+	// as no hour was skipped.
+	late := !now.Equal(hour) && !e.quotedRollup
+	if hour.Sub(e.lastHour) > time.Hour || day.Sub(e.lastDay) > 24*time.Hour || late {
 		var infos []coinpulse.CoinInfo
 		for _, id := range e.order {
 			infos = append(infos, e.coins[id].Info)

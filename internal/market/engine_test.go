@@ -1143,3 +1143,42 @@ func TestEngineOwnHistoryIsNotAnotherFeeds(t *testing.T) {
 		t.Errorf("a start on the feed's own history logged:\n%s", log.String())
 	}
 }
+
+// quotedFeed is the sim feed asking for its late hours to be rolled up
+// from quotes, as the coingecko feed does.
+type quotedFeed struct{ *spyFeed }
+
+func (quotedFeed) RollupFromQuotes() bool { return true }
+
+// A feed whose history costs a call a coin has a late tick's hour rolled
+// up from the tick's quotes, without asking History; a skipped hour is
+// still filled from History.
+func TestEngineQuotedRollup(t *testing.T) {
+	t.Parallel()
+	store := openStore(t, loadedStore(t))
+	clock := &fakeClock{t: start}
+	feed := quotedFeed{newSpy(t, 1)}
+	e := New(Config{Feed: feed, Store: store, Clock: clock.Now, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Refresh: time.Millisecond})
+	if err := e.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	feed.take()
+	env := engineEnv{engine: e, feed: feed.spyFeed, store: store, clock: clock}
+	h := start.Truncate(time.Hour).Add(time.Hour)
+	s := env.tick(t, h.Add(7*time.Minute))
+	got := storedHistory(t, store, "bitcoin", coinpulse.Hourly, h, h)
+	btc := lookup(t, s, "bitcoin")
+	if len(got) != 1 || got[0].Price != btc.CurrentPrice || got[0].MarketCap != btc.MarketCap {
+		t.Errorf("the point of an hour ticked late: %+v, want the tick's quote %v", got, btc.CurrentPrice)
+	}
+	if calls := feed.take(); len(calls) != 0 {
+		t.Errorf("a late tick asked the feed for %d histories, want none", len(calls))
+	}
+	// 01:00 skipped: both hours come from History.
+	env.tick(t, h.Add(2*time.Hour+5*time.Minute))
+	got = storedHistory(t, store, "bitcoin", coinpulse.Hourly, h.Add(time.Hour), h.Add(2*time.Hour))
+	samePoints(t, "hours after a skipped one", feedHistory(t, feed.Feed, "bitcoin", coinpulse.Hourly, h.Add(time.Hour), h.Add(2*time.Hour)), got)
+	if calls := feed.take(); len(calls) == 0 {
+		t.Error("a skipped hour was not filled from History")
+	}
+}

@@ -1,0 +1,381 @@
+// Package coingecko is the market feed that reads CoinGecko's public API
+// (https://docs.coingecko.com/v3.0.1/reference/introduction): the universe
+// is the largest coins by market cap when the feed starts, their prices
+// come from GET /coins/markets (250 coins a call) on every refresh, and
+// their history from GET /coins/{id}/market_chart/range.
+//
+// CoinGecko limits the calls a key makes a minute (about 30 for a free
+// "demo" key, 500 and more on paid plans), so the feed spaces its calls to
+// Config.CallsPerMinute and waits out a 429 for as long as its Retry-After
+// asks. A first start backfills every coin: three calls each (CoinGecko
+// answers hourly points for a span of at most 90 days, so the 90 days of
+// hourly history take two, the daily history a third). A gap since the
+// last run takes one call a coin: the hourly points it brings give the
+// daily ones too.
+//
+// CoinGecko's points lie off the grid the engine stores (hourly ones some
+// minutes past the hour); Resample maps them onto it.
+package coingecko
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"coinpulse"
+)
+
+// DefaultURL is CoinGecko's public API. A paid plan's is
+// https://pro-api.coingecko.com/api/v3.
+const DefaultURL = "https://api.coingecko.com/api/v3"
+
+// Defaults and bounds of Config.
+const (
+	DefaultCoins          = 100
+	MaxCoins              = 5000
+	DefaultCallsPerMinute = 30
+	DefaultHistoryDays    = 365
+	// MinHistoryDays keeps the hourly window (90 days) and the 30-day
+	// change within the history fetched.
+	MinHistoryDays = 92
+	MaxHistoryDays = 20 * 366
+)
+
+// perPage is the most coins GET /coins/markets answers in one call.
+const perPage = 250
+
+// version versions the way figures are derived from CoinGecko's: the
+// engine's saved state is reused only by the same one (see String).
+const version = 1
+
+const day = 24 * time.Hour
+
+// Config configures a Feed.
+type Config struct {
+	// BaseURL is the API's root (default DefaultURL).
+	BaseURL string
+	// APIKey is sent as x-cg-pro-api-key when BaseURL's host is
+	// pro-api.coingecko.com, else as x-cg-demo-api-key. Empty: none.
+	APIKey string
+	// Coins is how many of the largest coins are served (default 100).
+	Coins int
+	// CallsPerMinute spaces the calls (default 30).
+	CallsPerMinute int
+	// HistoryDays is how far back a first start fetches daily history
+	// (default 365: CoinGecko's free keys reach no further).
+	HistoryDays int
+	// HTTP is the client calls go through (default: one with a 30 s
+	// timeout).
+	HTTP *http.Client
+	// RetryBase is the first pause before retrying a failed call, doubled
+	// on each further attempt (default 2 s; tests shorten it).
+	RetryBase time.Duration
+	// Attempts is how many times a call is tried (default 6).
+	Attempts int
+}
+
+// Feed reads CoinGecko. Its methods are safe for concurrent use.
+type Feed struct {
+	c           *client
+	coins       int
+	historyDays int
+	// listedAt is where the history of every coin begins: the day
+	// HistoryDays − 2 days before the day the feed was made. The first
+	// call asks from a day before it, so that it reaches less than
+	// HistoryDays back (CoinGecko's free keys reach 365 days, to the
+	// second).
+	listedAt time.Time
+
+	mu       sync.Mutex
+	universe []string           // ids, in the order Universe returned them
+	charts   map[string]fetched // the hourly chart just fetched per coin, until its daily points are asked for
+	skipped  []string           // left out by the last Universe
+}
+
+// fetched is a chart CoinGecko answered for [from, to].
+type fetched struct {
+	from, to time.Time
+	samples  []Sample
+}
+
+var _ coinpulse.Feed = (*Feed)(nil)
+
+// New returns a feed for cfg, checking it; it makes no call.
+func New(cfg Config, now time.Time) (*Feed, error) {
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = DefaultURL
+	}
+	u, err := url.Parse(cfg.BaseURL)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("URL %q: want http(s)://host/path, such as %s", cfg.BaseURL, DefaultURL)
+	}
+	if cfg.Coins == 0 {
+		cfg.Coins = DefaultCoins
+	}
+	if cfg.CallsPerMinute == 0 {
+		cfg.CallsPerMinute = DefaultCallsPerMinute
+	}
+	if cfg.HistoryDays == 0 {
+		cfg.HistoryDays = DefaultHistoryDays
+	}
+	switch {
+	case cfg.Coins < 1 || cfg.Coins > MaxCoins:
+		return nil, fmt.Errorf("coins %d: 1 to %d", cfg.Coins, MaxCoins)
+	case cfg.CallsPerMinute < 1 || cfg.CallsPerMinute > 60_000:
+		return nil, fmt.Errorf("calls a minute %d: 1 to 60000", cfg.CallsPerMinute)
+	case cfg.HistoryDays < MinHistoryDays || cfg.HistoryDays > MaxHistoryDays:
+		return nil, fmt.Errorf("history days %d: %d to %d", cfg.HistoryDays, MinHistoryDays, MaxHistoryDays)
+	case strings.ContainsAny(cfg.APIKey, "\r\n"):
+		return nil, fmt.Errorf("the API key holds a line break")
+	}
+	if cfg.HTTP == nil {
+		cfg.HTTP = &http.Client{Timeout: 30 * time.Second}
+	}
+	if cfg.RetryBase <= 0 {
+		cfg.RetryBase = 2 * time.Second
+	}
+	if cfg.Attempts <= 0 {
+		cfg.Attempts = 6
+	}
+	header := "x-cg-demo-api-key"
+	if strings.HasPrefix(u.Hostname(), "pro-api.") {
+		header = "x-cg-pro-api-key"
+	}
+	return &Feed{
+		c: &client{
+			base: strings.TrimSuffix(cfg.BaseURL, "/"), key: cfg.APIKey, keyHeader: header,
+			http: cfg.HTTP, interval: time.Minute / time.Duration(cfg.CallsPerMinute),
+			retryBase: cfg.RetryBase, attempts: cfg.Attempts,
+		},
+		coins:       cfg.Coins,
+		historyDays: cfg.HistoryDays,
+		listedAt:    now.UTC().Truncate(day).Add(-time.Duration(cfg.HistoryDays-2) * day),
+		charts:      map[string]fetched{},
+	}, nil
+}
+
+// Name is "coingecko".
+func (f *Feed) Name() string { return "coingecko" }
+
+// Simulated is false: the figures are the market's.
+func (f *Feed) Simulated() bool { return false }
+
+// String identifies the way figures are derived, for the engine's saved
+// state: not the coins served, whose count an operator may change and
+// keep the history of those it still serves.
+func (f *Feed) String() string { return "coingecko/v" + strconv.Itoa(version) }
+
+// RollupFromQuotes tells the engine to take an hour's point from the
+// latest quotes when a refresh came late, rather than ask History for
+// every coin: a call a coin at CoinGecko's rate.
+func (f *Feed) RollupFromQuotes() bool { return true }
+
+// Calls returns how many calls the feed has made.
+func (f *Feed) Calls() int64 {
+	f.c.mu.Lock()
+	defer f.c.mu.Unlock()
+	return f.c.calls
+}
+
+// Skipped returns what the last Universe left out, and why.
+func (f *Feed) Skipped() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.skipped
+}
+
+// BackfillCalls is how many calls a first start's backfill of n coins
+// makes.
+func BackfillCalls(n int) int { return 3 * n }
+
+// Universe returns the Config.Coins largest coins by market cap.
+func (f *Feed) Universe(ctx context.Context) ([]coinpulse.CoinInfo, error) {
+	var all []Market
+	var skipped []string
+	seen := map[string]bool{}
+	for page := 1; len(all) < f.coins && page <= MaxCoins/perPage+2; page++ {
+		q := url.Values{
+			"vs_currency": {"usd"}, "order": {"market_cap_desc"},
+			"per_page": {strconv.Itoa(min(perPage, f.coins))}, "page": {strconv.Itoa(page)},
+			"precision": {"full"},
+		}
+		body, err := f.c.get(ctx, "/coins/markets", q)
+		if err != nil {
+			return nil, err
+		}
+		ms, skip, err := ParseMarkets(body)
+		if err != nil {
+			return nil, fmt.Errorf("GET /coins/markets page %d: %w", page, err)
+		}
+		skipped = append(skipped, skip...)
+		for _, m := range ms {
+			if !seen[m.ID] && len(all) < f.coins {
+				seen[m.ID] = true
+				all = append(all, m)
+			}
+		}
+		if len(ms)+len(skip) < min(perPage, f.coins) {
+			break // the last page
+		}
+	}
+	if len(all) == 0 {
+		return nil, fmt.Errorf("GET /coins/markets: no coin")
+	}
+	infos := make([]coinpulse.CoinInfo, len(all))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.universe = f.universe[:0]
+	for i, m := range all {
+		infos[i] = coinpulse.CoinInfo{
+			ID: m.ID, Symbol: m.Symbol, Name: m.Name,
+			TotalSupply: m.TotalSupply, MaxSupply: m.MaxSupply,
+			ListedAt: f.listedAt,
+		}
+		if m.CirculatingSupply != nil {
+			infos[i].CirculatingSupply = *m.CirculatingSupply
+		}
+		f.universe = append(f.universe, m.ID)
+	}
+	f.skipped = skipped
+	return infos, nil
+}
+
+// Quotes returns the latest figures of the universe's coins, 250 a call.
+// A coin CoinGecko no longer answers for, or answers with no price, has
+// no quote: it keeps its last one.
+func (f *Feed) Quotes(ctx context.Context, now time.Time) ([]coinpulse.Quote, error) {
+	f.mu.Lock()
+	ids := append([]string(nil), f.universe...)
+	f.mu.Unlock()
+	var out []coinpulse.Quote
+	for len(ids) > 0 {
+		n := min(perPage, len(ids))
+		q := url.Values{
+			"vs_currency": {"usd"}, "ids": {strings.Join(ids[:n], ",")},
+			"per_page": {strconv.Itoa(perPage)}, "page": {"1"}, "precision": {"full"},
+		}
+		ids = ids[n:]
+		body, err := f.c.get(ctx, "/coins/markets", q)
+		if err != nil {
+			return nil, err
+		}
+		ms, _, err := ParseMarkets(body)
+		if err != nil {
+			return nil, fmt.Errorf("GET /coins/markets: %w", err)
+		}
+		for _, m := range ms {
+			if m.CurrentPrice == nil {
+				continue
+			}
+			qt := coinpulse.Quote{CoinID: m.ID, Price: *m.CurrentPrice, Time: now}
+			if m.TotalVolume != nil {
+				qt.TotalVolume = *m.TotalVolume
+			}
+			if m.MarketCap != nil {
+				qt.MarketCap = *m.MarketCap
+			}
+			if !m.LastUpdated.IsZero() && !m.LastUpdated.After(now) {
+				qt.Time = m.LastUpdated
+			}
+			out = append(out, qt)
+		}
+	}
+	return out, nil
+}
+
+// History returns a coin's points at interval in [from, to]. Daily points
+// inside the last hourly chart fetched for the coin come from it, without
+// a call: the engine asks for a gap's hourly points, then its daily ones.
+// A coin CoinGecko does not know (delisted since Universe) has none.
+func (f *Feed) History(ctx context.Context, coin coinpulse.CoinInfo, interval coinpulse.Interval, from, to time.Time) ([]coinpulse.HistoryPoint, error) {
+	from = maxTime(from, f.listedAt)
+	if to.Before(from) {
+		return nil, nil
+	}
+	step := interval.Step()
+	if interval == coinpulse.Daily {
+		f.mu.Lock()
+		c, ok := f.charts[coin.ID]
+		delete(f.charts, coin.ID) // asked for once; memory is the universe's otherwise
+		f.mu.Unlock()
+		if ok && !from.Before(c.from) && !to.After(c.to) {
+			return Resample(c.samples, step, from, to), nil
+		}
+	}
+	// Ask from a step before: a grid point at from is then between two
+	// samples.
+	lo, hi := maxTime(from.Add(-step), f.listedAt.Add(-day)), to
+	samples, err := f.chart(ctx, coin.ID, lo, hi, interval)
+	if err != nil {
+		return nil, err
+	}
+	if interval == coinpulse.Hourly {
+		f.mu.Lock()
+		f.charts[coin.ID] = fetched{from: lo.Add(step), to: hi, samples: samples}
+		f.mu.Unlock()
+	}
+	return Resample(samples, step, from, to), nil
+}
+
+// maxChunk is the longest span asked for in one call when hourly points
+// are wanted: CoinGecko answers a span of 2 to 90 days with hourly
+// points, a longer one with daily points.
+const maxChunk = 60 * day
+
+// chart fetches a coin's samples over [from, to]: in spans of at most
+// maxChunk (and at least 2 days) for hourly points, in one call for daily
+// ones.
+func (f *Feed) chart(ctx context.Context, id string, from, to time.Time, interval coinpulse.Interval) ([]Sample, error) {
+	var spans [][2]time.Time
+	if interval == coinpulse.Daily || to.Sub(from) <= maxChunk {
+		spans = append(spans, [2]time.Time{from, to})
+	} else {
+		n := int((to.Sub(from) + maxChunk - 1) / maxChunk)
+		size := to.Sub(from) / time.Duration(n)
+		for i := range n {
+			a, b := from.Add(time.Duration(i)*size), from.Add(time.Duration(i+1)*size)
+			if i == n-1 {
+				b = to
+			}
+			spans = append(spans, [2]time.Time{a, b})
+		}
+	}
+	var out []Sample
+	for _, s := range spans {
+		q := url.Values{"vs_currency": {"usd"}, "from": {strconv.FormatInt(s[0].Unix(), 10)}, "to": {strconv.FormatInt(s[1].Unix(), 10)}, "precision": {"full"}}
+		body, err := f.c.get(ctx, "/coins/"+url.PathEscape(id)+"/market_chart/range", q)
+		if se := (*StatusError)(nil); errors.As(err, &se) && se.Status == http.StatusNotFound {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		samples, err := ParseChart(body)
+		if err != nil {
+			return nil, fmt.Errorf("GET /coins/%s/market_chart/range: %w", id, err)
+		}
+		if len(out) > 0 && len(samples) > 0 && samples[0].T <= out[len(out)-1].T {
+			// The spans meet: drop what the previous one already has.
+			i := 0
+			for i < len(samples) && samples[i].T <= out[len(out)-1].T {
+				i++
+			}
+			samples = samples[i:]
+		}
+		out = append(out, samples...)
+	}
+	return out, nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

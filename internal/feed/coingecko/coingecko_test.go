@@ -1,0 +1,300 @@
+package coingecko
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"coinpulse"
+	"coinpulse/internal/feed/coingecko/cgtest"
+)
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("GET %s: %d", url, res.StatusCode)
+	}
+	if err := json.NewDecoder(res.Body).Decode(v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// newFeed returns a feed on up that calls as fast as it likes and retries
+// at once.
+func newFeed(t *testing.T, up *cgtest.Upstream, cfg Config) *Feed {
+	t.Helper()
+	cfg.BaseURL = up.URL
+	if cfg.CallsPerMinute == 0 {
+		cfg.CallsPerMinute = 60_000
+	}
+	cfg.RetryBase = time.Millisecond
+	f, err := New(cfg, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-4*math.Abs(b) }
+
+// Universe takes the largest coins by market cap, across pages; quotes
+// are CoinGecko's figures of the moment.
+func TestUniverseAndQuotes(t *testing.T) {
+	coins := cgtest.Coins(600)
+	up := cgtest.Start(t, coins)
+	ctx := context.Background()
+
+	f := newFeed(t, up, Config{Coins: 3})
+	u, err := f.Universe(ctx)
+	if err != nil || len(u) != 3 || u[0].ID != "bitcoin" || u[0].Symbol != "btc" || u[0].CirculatingSupply != 20e6 || *u[0].MaxSupply != 21e6 || u[1].MaxSupply != nil {
+		t.Fatalf("%v %+v", err, u)
+	}
+	if want := time.Now().UTC().Truncate(day).AddDate(0, 0, -(DefaultHistoryDays - 2)); !u[0].ListedAt.Equal(want) {
+		t.Errorf("listed at %s, want %s", u[0].ListedAt, want)
+	}
+	now := time.Now()
+	q, err := f.Quotes(ctx, now)
+	if err != nil || len(q) != 3 {
+		t.Fatalf("%v %+v", err, q)
+	}
+	btc := q[0]
+	if btc.CoinID != "bitcoin" || !near(btc.Price, cgtest.Price(coins[0], now)) || !near(btc.MarketCap, btc.Price*20e6) || !near(btc.TotalVolume, cgtest.Volume(coins[0], now)) || btc.Time.After(now) || now.Sub(btc.Time) > time.Minute {
+		t.Errorf("%+v", btc)
+	}
+
+	// 520 coins: three pages of 250 for the universe, three calls of 250
+	// ids for the quotes.
+	f = newFeed(t, up, Config{Coins: 520})
+	before := up.Calls("markets")
+	if u, err = f.Universe(ctx); err != nil || len(u) != 520 {
+		t.Fatalf("%v %d", err, len(u))
+	}
+	seen := map[string]bool{}
+	for _, c := range u {
+		if seen[c.ID] {
+			t.Fatalf("%s twice", c.ID)
+		}
+		seen[c.ID] = true
+	}
+	if q, err = f.Quotes(ctx, time.Now()); err != nil || len(q) != 520 {
+		t.Fatalf("%v %d", err, len(q))
+	}
+	if n := up.Calls("markets") - before; n != 6 {
+		t.Errorf("%d calls, want 6", n)
+	}
+
+	// A coin gone from CoinGecko, or sent without a price, has no quote.
+	up.Delist(coins[5].ID)
+	up.NullPrice(coins[6].ID)
+	if q, err = f.Quotes(ctx, time.Now()); err != nil || len(q) != 518 {
+		t.Fatalf("%v %d", err, len(q))
+	}
+	for _, x := range q {
+		if x.CoinID == coins[5].ID || x.CoinID == coins[6].ID {
+			t.Errorf("a quote for %s", x.CoinID)
+		}
+	}
+	// Fewer coins than asked for: all there are.
+	f = newFeed(t, up, Config{Coins: 1000})
+	if u, err = f.Universe(ctx); err != nil || len(u) != 599 {
+		t.Errorf("%v %d", err, len(u))
+	}
+}
+
+// A first start's backfill: 90 days and an hour of hourly points on the
+// grid, from two calls (CoinGecko answers a span of more than 90 days with
+// daily points), and the daily points since the listing from a third; a
+// gap's daily points come from its hourly call.
+func TestHistory(t *testing.T) {
+	coins := cgtest.Coins(2)
+	up := cgtest.Start(t, coins)
+	ctx := context.Background()
+	f := newFeed(t, up, Config{})
+	u, err := f.Universe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	btc := u[0]
+	now := time.Now().UTC().Truncate(time.Minute)
+	check := func(pts []coinpulse.HistoryPoint, step time.Duration, from, to time.Time) {
+		t.Helper()
+		first := from.Truncate(step)
+		if first.Before(from) {
+			first = first.Add(step)
+		}
+		n := int(to.Sub(first)/step) + 1
+		if len(pts) != n {
+			t.Fatalf("%d points, want %d", len(pts), n)
+		}
+		for i, p := range pts {
+			at := first.Add(time.Duration(i) * step)
+			if want := cgtest.Price(coins[0], at); !p.Timestamp.Equal(at) || !near(p.Price, want) || !near(p.MarketCap, want*20e6) {
+				t.Fatalf("point %d: %+v, want %s %v", i, p, at, want)
+			}
+		}
+	}
+
+	calls := up.Calls("chart")
+	from := now.Add(-90*day - time.Hour)
+	pts, err := f.History(ctx, btc, coinpulse.Hourly, from, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(pts, time.Hour, from, now)
+	if n := up.Calls("chart") - calls; n != 2 {
+		t.Errorf("hourly: %d calls, want 2", n)
+	}
+	calls = up.Calls("chart")
+	pts, err = f.History(ctx, btc, coinpulse.Daily, btc.ListedAt, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(pts, day, btc.ListedAt, now)
+	if n := up.Calls("chart") - calls; n != 1 {
+		t.Errorf("daily: %d calls, want 1", n)
+	}
+
+	// A gap of two days: one call.
+	calls = up.Calls("chart")
+	gapFrom := now.Truncate(time.Hour).Add(-50 * time.Hour)
+	pts, err = f.History(ctx, btc, coinpulse.Hourly, gapFrom, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(pts, time.Hour, gapFrom, now)
+	daily, err := f.History(ctx, btc, coinpulse.Daily, gapFrom.Truncate(day).Add(day), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(daily, day, gapFrom.Truncate(day).Add(day), now)
+	if n := up.Calls("chart") - calls; n != 1 {
+		t.Errorf("a gap: %d calls, want 1", n)
+	}
+	if len(f.charts) != 0 {
+		t.Errorf("%d charts kept after use", len(f.charts))
+	}
+
+	// Before the listing: nothing; a delisted coin: no points, no error.
+	if pts, err := f.History(ctx, btc, coinpulse.Daily, btc.ListedAt.AddDate(-1, 0, 0), btc.ListedAt.Add(-time.Hour)); err != nil || len(pts) != 0 {
+		t.Errorf("before the listing: %v %d", err, len(pts))
+	}
+	up.Delist("bitcoin")
+	if pts, err := f.History(ctx, btc, coinpulse.Hourly, gapFrom, now); err != nil || len(pts) != 0 {
+		t.Errorf("delisted: %v %d", err, len(pts))
+	}
+}
+
+// 429s are waited out for as long as Retry-After says; 5xx retried; what
+// a retry cannot mend is reported with CoinGecko's message.
+func TestRefusals(t *testing.T) {
+	up := cgtest.Start(t, cgtest.Coins(3))
+	ctx := context.Background()
+	f := newFeed(t, up, Config{Attempts: 3})
+	start := time.Now()
+	up.TooMany(2)
+	if _, err := f.Universe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < 2*time.Second {
+		t.Errorf("two 429s with Retry-After: 1 waited out in %s", took)
+	}
+	u, _ := f.Universe(ctx)
+
+	up.Break("bitcoin", 2)
+	if _, err := f.History(ctx, u[0], coinpulse.Hourly, time.Now().Add(-time.Hour), time.Now()); err != nil {
+		t.Errorf("two 500s, three attempts: %v", err)
+	}
+	up.Break("bitcoin", 3)
+	_, err := f.History(ctx, u[0], coinpulse.Hourly, time.Now().Add(-time.Hour), time.Now())
+	if err == nil || !strings.Contains(err.Error(), "500 Internal Server Error: internal error (gave up after 3 attempts)") {
+		t.Errorf("three 500s: %v", err)
+	}
+
+	up.Key = "secret"
+	calls := up.Calls("markets")
+	_, err = f.Universe(ctx)
+	var se *StatusError
+	if !errors.As(err, &se) || se.Status != 401 || !strings.Contains(err.Error(), "401 Unauthorized: API Key Missing") || up.Calls("markets")-calls != 1 {
+		t.Errorf("no key: %v, after %d calls", err, up.Calls("markets")-calls)
+	}
+	f = newFeed(t, up, Config{APIKey: "secret"})
+	if _, err := f.Universe(ctx); err != nil {
+		t.Errorf("with the key: %v", err)
+	}
+
+	// A free key reaches 365 days back: a feed set to 400 is told so.
+	f = newFeed(t, up, Config{APIKey: "secret", HistoryDays: 400})
+	u, _ = f.Universe(ctx)
+	_, err = f.History(ctx, u[0], coinpulse.Daily, u[0].ListedAt, time.Now())
+	if err == nil || !strings.Contains(err.Error(), "exceeds the allowed time range") {
+		t.Errorf("400 days: %v", err)
+	}
+
+	// A cancelled call stops waiting.
+	f = newFeed(t, up, Config{APIKey: "secret", CallsPerMinute: 1})
+	f.Universe(ctx)
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := f.Quotes(cctx, time.Now()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("cancelled: %v", err)
+	}
+}
+
+// Calls are spaced to the rate: a lower bound only, which a slow machine
+// cannot break.
+func TestPacing(t *testing.T) {
+	up := cgtest.Start(t, cgtest.Coins(3))
+	f := newFeed(t, up, Config{CallsPerMinute: 600}) // one each 100 ms
+	start := time.Now()
+	for range 5 {
+		if _, err := f.Universe(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if took := time.Since(start); took < 400*time.Millisecond {
+		t.Errorf("5 calls at 600 a minute in %s", took)
+	}
+	if f.Calls() != 5 {
+		t.Errorf("%d calls counted", f.Calls())
+	}
+}
+
+func TestNewRefuses(t *testing.T) {
+	for _, tt := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{BaseURL: "ftp://x"}, `URL "ftp://x": want http(s)://host/path`},
+		{Config{BaseURL: "https://x/?a=b"}, "want http(s)://host/path"},
+		{Config{Coins: -1}, "coins -1: 1 to 5000"},
+		{Config{Coins: 5001}, "coins 5001: 1 to 5000"},
+		{Config{CallsPerMinute: -3}, "calls a minute -3"},
+		{Config{HistoryDays: 91}, "history days 91: 92 to"},
+		{Config{APIKey: "a\nb"}, "line break"},
+	} {
+		if _, err := New(tt.cfg, time.Now()); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%+v: %v, want %q", tt.cfg, err, tt.want)
+		}
+	}
+	f, _ := New(Config{BaseURL: "https://pro-api.coingecko.com/api/v3/", APIKey: "k"}, time.Now())
+	if f.c.keyHeader != "x-cg-pro-api-key" || f.c.base != "https://pro-api.coingecko.com/api/v3" {
+		t.Errorf("pro: %+v", f.c)
+	}
+	f, _ = New(Config{}, time.Now())
+	if f.c.keyHeader != "x-cg-demo-api-key" || f.c.base != DefaultURL || f.Simulated() || f.Name() != "coingecko" {
+		t.Errorf("default: %+v", f.c)
+	}
+}
