@@ -27,6 +27,7 @@ import (
 	"coinpulse/internal/alerting"
 	"coinpulse/internal/api"
 	"coinpulse/internal/dashboard"
+	"coinpulse/internal/feed/coingecko"
 	"coinpulse/internal/feed/replay"
 	"coinpulse/internal/feed/sim"
 	"coinpulse/internal/market"
@@ -40,6 +41,8 @@ import (
 type serveConfig struct {
 	addr, db, dataDir, feed  string
 	replayDir                string
+	coingecko                coingecko.Config
+	coingeckoKeyFile         string
 	refresh, shutdownTimeout time.Duration
 	writeTimeout             time.Duration
 	seed                     int64
@@ -73,8 +76,13 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	db := dbFlag(fs)
 	fs.StringVar(&c.dataDir, "data-dir", defaultDataDir, "directory of the default SQLite database")
-	fs.StringVar(&c.feed, "feed", "sim", "market feed: sim (a simulation), or replay (recorded daily prices from --replay-dir, on a loop)")
+	fs.StringVar(&c.feed, "feed", "sim", "market feed: sim (a simulation), replay (recorded daily prices from --replay-dir, on a loop) or coingecko (CoinGecko's API)")
 	fs.StringVar(&c.replayDir, "replay-dir", "", "directory of the recording the replay feed plays: coinlist.csv and coins/<id>.csv, as ../shared/datasets/coingecko-2021")
+	fs.StringVar(&c.coingecko.BaseURL, "coingecko-url", coingecko.DefaultURL, "root of CoinGecko's API (a paid plan's: https://pro-api.coingecko.com/api/v3)")
+	fs.StringVar(&c.coingeckoKeyFile, "coingecko-key-file", "", "file holding the CoinGecko API key (sent as x-cg-pro-api-key to pro-api.coingecko.com, else as x-cg-demo-api-key); none: no key")
+	fs.IntVar(&c.coingecko.Coins, "coingecko-coins", coingecko.DefaultCoins, "how many of the largest coins by market cap the coingecko feed serves (1 to 5000)")
+	fs.IntVar(&c.coingecko.CallsPerMinute, "coingecko-rate", coingecko.DefaultCallsPerMinute, "calls a minute the coingecko feed makes at most (your CoinGecko plan's rate: 30 for a free demo key)")
+	fs.IntVar(&c.coingecko.HistoryDays, "coingecko-history-days", coingecko.DefaultHistoryDays, "days of daily history the coingecko feed fetches at a first start (92 to 7320; a free key reaches 365)")
 	fs.DurationVar(&c.refresh, "refresh", time.Minute, "time between price refreshes (a Go duration such as 1s)")
 	fs.Int64Var(&c.seed, "seed", 1, "seed of the simulated feed")
 	fs.IntVar(&c.simCoins, "sim-coins", sim.MinCoins, "size of the simulated universe (real coins topped up with synthetic sim- coins; 1000 to 100000)")
@@ -113,8 +121,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	given := map[string]bool{} // on the command line or by the environment
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	switch {
-	case c.feed != "sim" && c.feed != "replay":
-		return c, fmt.Errorf("--feed %q: sim or replay (coingecko and binance are not available in this version)", c.feed)
+	case c.feed != "sim" && c.feed != "replay" && c.feed != "coingecko":
+		return c, fmt.Errorf("--feed %q: sim, replay or coingecko (binance is not available in this version)", c.feed)
 	case c.feed == "replay" && c.replayDir == "":
 		return c, errors.New("--feed replay needs --replay-dir: the directory of the recording to play (coinlist.csv and coins/<id>.csv)")
 	case c.feed != "replay" && c.replayDir != "":
@@ -123,6 +131,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, fmt.Errorf("--seed is for --feed sim; the feed is %s", c.feed)
 	case c.feed != "sim" && given["sim-coins"]:
 		return c, fmt.Errorf("--sim-coins is for --feed sim; the feed is %s", c.feed)
+	case c.feed != "coingecko" && givenAny(given, "coingecko-url", "coingecko-key-file", "coingecko-coins", "coingecko-rate", "coingecko-history-days") != "":
+		return c, fmt.Errorf("--%s is for --feed coingecko; the feed is %s", givenAny(given, "coingecko-url", "coingecko-key-file", "coingecko-coins", "coingecko-rate", "coingecko-history-days"), c.feed)
 	case c.refresh < 100*time.Millisecond:
 		return c, fmt.Errorf("--refresh %s: must be at least 100ms", c.refresh)
 	case c.refresh > 24*time.Hour:
@@ -188,6 +198,11 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 			return c, fmt.Errorf("--metrics-token-file: %w", err)
 		}
 		c.metricsToken = t
+	}
+	if c.feed == "coingecko" {
+		if err := c.checkCoinGecko(); err != nil {
+			return c, err
+		}
 	}
 	if c.smtpPasswordFile != "" {
 		pw, err := notify.ReadPasswordFile(c.smtpPasswordFile)
@@ -529,9 +544,58 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 // SIGTERM cut short.
 var errSecondSignal = errors.New("shutdown cut short by a second signal")
 
+// givenAny returns the first of names that was given, or "".
+func givenAny(given map[string]bool, names ...string) string {
+	for _, n := range names {
+		if given[n] {
+			return n
+		}
+	}
+	return ""
+}
+
+// checkCoinGecko checks the coingecko feed's flags and reads its key: the
+// feed's own bounds, and a refresh whose quotes alone would take more
+// calls than the rate allows.
+func (c *serveConfig) checkCoinGecko() error {
+	if c.coingeckoKeyFile != "" {
+		k, err := readToken(c.coingeckoKeyFile, 1)
+		if err != nil {
+			return fmt.Errorf("--coingecko-key-file: %w", err)
+		}
+		c.coingecko.APIKey = k
+	}
+	if err := c.coingecko.Validate(); err != nil { // a 0 given is refused, not the default
+		var ce *coingecko.ConfigError
+		errors.As(err, &ce)
+		flag := map[string]string{"BaseURL": "--coingecko-url", "APIKey": "--coingecko-key-file", "Coins": "--coingecko-coins",
+			"CallsPerMinute": "--coingecko-rate", "HistoryDays": "--coingecko-history-days"}[ce.Field]
+		return fmt.Errorf("%s: %w", flag, err)
+	}
+	perRefresh := (c.coingecko.Coins + 249) / 250
+	if perMinute := float64(perRefresh) * float64(time.Minute) / float64(c.refresh); perMinute > float64(c.coingecko.CallsPerMinute) {
+		return fmt.Errorf("--refresh %s: quoting %d coins takes %d CoinGecko calls a refresh, %.0f a minute, more than --coingecko-rate %d; refresh less often", c.refresh, c.coingecko.Coins, perRefresh, perMinute, c.coingecko.CallsPerMinute)
+	}
+	return nil
+}
+
 // newFeed opens the market feed cfg names, and logs that its figures are
 // not the market's of the moment.
 func newFeed(cfg serveConfig, log *slog.Logger) (coinpulse.Feed, error) {
+	if cfg.feed == "coingecko" {
+		f, err := coingecko.New(cfg.coingecko, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		calls := coingecko.BackfillCalls(cfg.coingecko.Coins)
+		log.Info("market data from CoinGecko", "url", cfg.coingecko.BaseURL, "coins", cfg.coingecko.Coins, "calls_a_minute", cfg.coingecko.CallsPerMinute,
+			"key", cfg.coingecko.APIKey != "",
+			"first_start", fmt.Sprintf("backfills %d coins in about %d calls, %s at this rate", cfg.coingecko.Coins, calls, (time.Duration(calls)*time.Minute/time.Duration(cfg.coingecko.CallsPerMinute)).Round(time.Second)))
+		if cfg.coingecko.APIKey == "" && cfg.coingecko.BaseURL == coingecko.DefaultURL {
+			log.Warn("coingecko: no --coingecko-key-file: CoinGecko's public API answers a few calls a minute without a key; a free demo key allows 30")
+		}
+		return f, nil
+	}
 	if cfg.feed == "replay" {
 		f, err := replay.Load(cfg.replayDir)
 		if err != nil {
@@ -794,21 +858,32 @@ func publishPrices(ctx context.Context, hub *stream.Hub, snaps <-chan *market.Sn
 	}
 }
 
-// readMetricsToken reads the token of --metrics-token-file: its one line,
-// at least 16 printable characters without spaces, as a bearer token is.
-func readMetricsToken(path string) (string, error) {
+// readToken reads a secret from the file at path: its one line of at
+// least minLen printable ASCII characters without spaces (a trailing line
+// break is not part of it).
+func readToken(path string, minLen int) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", err
 	}
 	t := strings.TrimRight(string(b), "\r\n")
-	if len(t) < 16 {
-		return "", fmt.Errorf("the token in %s is %d characters; use at least 16 (for example: openssl rand -hex 32)", path, len(t))
+	if len(t) < minLen {
+		return "", fmt.Errorf("%s holds %d characters; use at least %d", path, len(t), minLen)
 	}
 	for _, c := range t {
 		if c <= ' ' || c >= 0x7f {
-			return "", fmt.Errorf("the token in %s holds a space, a control character or a non-ASCII one; use printable ASCII on one line", path)
+			return "", fmt.Errorf("%s holds a space, a control character or a non-ASCII one; use printable ASCII on one line", path)
 		}
 	}
 	return t, nil
+}
+
+// readMetricsToken reads the token of --metrics-token-file: its one line,
+// at least 16 printable characters without spaces, as a bearer token is.
+func readMetricsToken(path string) (string, error) {
+	t, err := readToken(path, 16)
+	if err != nil && strings.Contains(err.Error(), "characters; use at least") {
+		err = fmt.Errorf("%w (for example: openssl rand -hex 32)", err)
+	}
+	return t, err
 }

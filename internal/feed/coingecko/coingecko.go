@@ -106,14 +106,18 @@ type fetched struct {
 
 var _ coinpulse.Feed = (*Feed)(nil)
 
-// New returns a feed for cfg, checking it; it makes no call.
-func New(cfg Config, now time.Time) (*Feed, error) {
+// ConfigError is a Config that New refused: Field names the field.
+type ConfigError struct {
+	Field string // "BaseURL", "APIKey", "Coins", "CallsPerMinute" or "HistoryDays"
+	Msg   string
+}
+
+func (e *ConfigError) Error() string { return e.Msg }
+
+// withDefaults fills in the fields left zero.
+func (cfg Config) withDefaults() Config {
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultURL
-	}
-	u, err := url.Parse(cfg.BaseURL)
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("URL %q: want http(s)://host/path, such as %s", cfg.BaseURL, DefaultURL)
 	}
 	if cfg.Coins == 0 {
 		cfg.Coins = DefaultCoins
@@ -124,16 +128,36 @@ func New(cfg Config, now time.Time) (*Feed, error) {
 	if cfg.HistoryDays == 0 {
 		cfg.HistoryDays = DefaultHistoryDays
 	}
+	return cfg
+}
+
+// Validate checks cfg as it is, zeros included (New fills them in
+// first): a *ConfigError names the field refused.
+func (cfg Config) Validate() error {
+	u, err := url.Parse(cfg.BaseURL)
 	switch {
+	case err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "":
+		return &ConfigError{"BaseURL", fmt.Sprintf("URL %q: want http(s)://host/path, such as %s", cfg.BaseURL, DefaultURL)}
 	case cfg.Coins < 1 || cfg.Coins > MaxCoins:
-		return nil, fmt.Errorf("coins %d: 1 to %d", cfg.Coins, MaxCoins)
+		return &ConfigError{"Coins", fmt.Sprintf("coins %d: 1 to %d", cfg.Coins, MaxCoins)}
 	case cfg.CallsPerMinute < 1 || cfg.CallsPerMinute > 60_000:
-		return nil, fmt.Errorf("calls a minute %d: 1 to 60000", cfg.CallsPerMinute)
+		return &ConfigError{"CallsPerMinute", fmt.Sprintf("calls a minute %d: 1 to 60000", cfg.CallsPerMinute)}
 	case cfg.HistoryDays < MinHistoryDays || cfg.HistoryDays > MaxHistoryDays:
-		return nil, fmt.Errorf("history days %d: %d to %d", cfg.HistoryDays, MinHistoryDays, MaxHistoryDays)
+		return &ConfigError{"HistoryDays", fmt.Sprintf("history days %d: %d to %d", cfg.HistoryDays, MinHistoryDays, MaxHistoryDays)}
 	case strings.ContainsAny(cfg.APIKey, "\r\n"):
-		return nil, fmt.Errorf("the API key holds a line break")
+		return &ConfigError{"APIKey", "the API key holds a line break"}
 	}
+	return nil
+}
+
+// New returns a feed for cfg, its zero fields set to their defaults; it
+// makes no call.
+func New(cfg Config, now time.Time) (*Feed, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	u, _ := url.Parse(cfg.BaseURL)
 	if cfg.HTTP == nil {
 		cfg.HTTP = &http.Client{Timeout: 30 * time.Second}
 	}

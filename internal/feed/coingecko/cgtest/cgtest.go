@@ -305,9 +305,11 @@ func (u *Upstream) chart(w http.ResponseWriter, r *http.Request, id string) {
 		for t := a.Truncate(24 * time.Hour); !t.After(b); t = t.Add(24 * time.Hour) {
 			times = append(times, t)
 		}
-		if len(times) > 0 && !b.Equal(times[len(times)-1]) {
-			times = append(times, b) // CoinGecko's last daily point is the moment asked
-		}
+	}
+	// CoinGecko's hourly and daily answers end with the latest price,
+	// at the moment asked (or the last update before it).
+	if b.Sub(a) > 24*time.Hour && (len(times) == 0 || b.After(times[len(times)-1])) {
+		times = append(times, b)
 	}
 	times = slices.DeleteFunc(times, func(t time.Time) bool { return t.Before(a) })
 	prices, caps, vols := [][2]float64{}, [][2]float64{}, [][2]float64{}

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"coinpulse/internal/feed/coingecko/cgtest"
+)
+
+// serve --feed coingecko against a stand-in for CoinGecko's API: the
+// largest coins are served with CoinGecko's figures, labelled as the
+// market's, with 90 days of hourly and a year of daily history from three
+// calls a coin; a restart on the same data directory makes none.
+func TestServeCoinGecko(t *testing.T) {
+	coins := cgtest.Coins(30)
+	up := cgtest.Start(t, coins)
+	up.Key = "CG-test-key"
+	keyFile := filepath.Join(t.TempDir(), "key")
+	os.WriteFile(keyFile, []byte(up.Key+"\n"), 0o600)
+	args := []string{"--data-dir", t.TempDir(), "--feed", "coingecko", "--coingecko-url", up.URL, "--coingecko-key-file", keyFile,
+		"--coingecko-coins", "20", "--coingecko-rate", "60000", "--plans", generousPlans(t)}
+	s := startServe(t, args...)
+	m := demoKey.FindStringSubmatch(s.stdout.String())
+	if m == nil {
+		t.Fatalf("no demo key:\n%s", s.stdout)
+	}
+	key := m[2]
+	if log := s.stderr.String(); !strings.Contains(log, "market data from CoinGecko") || !strings.Contains(log, "backfills 20 coins in about 60 calls") || strings.Contains(log, "SIMULATED") {
+		t.Errorf("the log does not say where the data comes from:\n%s", log)
+	}
+	if n := up.Calls("chart"); n != 60 {
+		t.Errorf("the backfill made %d chart calls, want 60 (three a coin)", n)
+	}
+	status, body := s.get(t, "/api/v1/markets/global", key)
+	meta, _ := body["meta"].(map[string]any)
+	data, _ := body["data"].(map[string]any)
+	if status != 200 || meta["feed"] != "coingecko" || meta["simulated"] != false || data["active_cryptocurrencies"] != 20.0 {
+		t.Fatalf("global: %d %v", status, body)
+	}
+	now := time.Now()
+	status, body = s.get(t, "/api/v1/coins/btc", key)
+	btc, _ := body["data"].(map[string]any)
+	price, _ := btc["current_price"].(float64)
+	if status != 200 || btc["id"] != "bitcoin" || math.Abs(price/cgtest.Price(coins[0], now)-1) > 0.01 || btc["price_change_percentage_24h"] == nil || btc["price_change_percentage_30d"] == nil || btc["max_supply"] != 21e6 {
+		t.Fatalf("bitcoin: %d %v", status, body)
+	}
+	// A free key's history reaches 365 days back, to the second: a year
+	// ago is known once the node has run for two days.
+	if btc["price_change_percentage_1y"] != nil || btc["history_start"] != time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, -363).Format(time.RFC3339) {
+		t.Errorf("bitcoin's 1 y change %v, history start %v", btc["price_change_percentage_1y"], btc["history_start"])
+	}
+	status, body = s.get(t, "/api/v1/coins/bitcoin/history?days=90&interval=hourly", key)
+	data, _ = body["data"].(map[string]any)
+	pts, _ := data["points"].([]any)
+	if status != 200 || len(pts) < 90*24 {
+		t.Fatalf("hourly history: %d, %d points", status, len(pts))
+	}
+	for i, p := range pts[:len(pts)-1] { // the last is the current price
+		pt := p.(map[string]any)
+		at, _ := time.Parse(time.RFC3339, pt["timestamp"].(string))
+		if want := cgtest.Price(coins[0], at); !at.Equal(at.Truncate(time.Hour)) || math.Abs(pt["price"].(float64)/want-1) > 1e-4 {
+			t.Fatalf("hourly point %d: %v, want %v on the hour", i, pt, want)
+		}
+	}
+	status, body = s.get(t, "/api/v1/coins/bitcoin/history?days=max", key)
+	data, _ = body["data"].(map[string]any)
+	pts, _ = data["points"].([]any)
+	if status != 200 || len(pts) < 363 {
+		t.Fatalf("daily history: %d, %d points", status, len(pts))
+	}
+	s.stop(t)
+
+	calls := up.Calls("chart")
+	s = startServe(t, args...)
+	if strings.Contains(s.stderr.String(), "backfilling history") {
+		t.Errorf("a restart backfilled again:\n%s", s.stderr)
+	}
+	// Within the hour it stopped in, a restart asks no history; past it,
+	// one call a coin.
+	if n := up.Calls("chart") - calls; n != 0 && n != 20 {
+		t.Errorf("a restart made %d chart calls", n)
+	}
+}
+
+func TestServeCoinGeckoRefusals(t *testing.T) {
+	empty := filepath.Join(t.TempDir(), "key")
+	os.WriteFile(empty, []byte("\n"), 0o600)
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--feed", "binance"}, `--feed "binance": sim, replay or coingecko (binance is not available in this version)`},
+		{[]string{"--coingecko-coins", "50"}, "--coingecko-coins is for --feed coingecko; the feed is sim"},
+		{[]string{"--feed", "replay", "--replay-dir", t.TempDir(), "--coingecko-url", "http://x"}, "--coingecko-url is for --feed coingecko; the feed is replay"},
+		{[]string{"--feed", "coingecko", "--coingecko-coins", "0"}, "--coingecko-coins: coins 0: 1 to 5000"},
+		{[]string{"--feed", "coingecko", "--coingecko-rate", "-1"}, "--coingecko-rate: calls a minute -1"},
+		{[]string{"--feed", "coingecko", "--coingecko-history-days", "30"}, "--coingecko-history-days: history days 30: 92 to"},
+		{[]string{"--feed", "coingecko", "--coingecko-url", "api.coingecko.com"}, `--coingecko-url: URL "api.coingecko.com": want http(s)://host/path`},
+		{[]string{"--feed", "coingecko", "--coingecko-key-file", empty}, "--coingecko-key-file: " + empty + " holds 0 characters"},
+		{[]string{"--feed", "coingecko", "--coingecko-key-file", empty + ".none"}, "--coingecko-key-file: open"},
+		{[]string{"--feed", "coingecko", "--refresh", "1s", "--coingecko-coins", "600"}, "--refresh 1s: quoting 600 coins takes 3 CoinGecko calls a refresh, 180 a minute, more than --coingecko-rate 30; refresh less often"},
+		{[]string{"--feed", "coingecko", "--seed", "3"}, "--seed is for --feed sim; the feed is coingecko"},
+	} {
+		dir := filepath.Join(t.TempDir(), "data")
+		_, _, err := cli(t, nil, append([]string{"serve", "--addr", freeAddr(t), "--data-dir", dir}, tt.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: %v, want %q", tt.args, err, tt.want)
+		}
+		if _, err := os.Stat(dir); err == nil {
+			t.Errorf("%v: refused after creating the data directory", tt.args)
+		}
+	}
+}
