@@ -89,10 +89,7 @@ func TestServeCoinGecko(t *testing.T) {
 func TestServeCoinGeckoRefusals(t *testing.T) {
 	empty := filepath.Join(t.TempDir(), "key")
 	os.WriteFile(empty, []byte("\n"), 0o600)
-	for _, tt := range []struct {
-		args []string
-		want string
-	}{
+	refusals(t, []refusal{
 		{[]string{"--feed", "binance"}, `--feed "binance": sim, replay or coingecko (binance is not available in this version)`},
 		{[]string{"--coingecko-coins", "50"}, "--coingecko-coins is for --feed coingecko; the feed is sim"},
 		{[]string{"--feed", "replay", "--replay-dir", t.TempDir(), "--coingecko-url", "http://x"}, "--coingecko-url is for --feed coingecko; the feed is replay"},
@@ -104,14 +101,5 @@ func TestServeCoinGeckoRefusals(t *testing.T) {
 		{[]string{"--feed", "coingecko", "--coingecko-key-file", empty + ".none"}, "--coingecko-key-file: open"},
 		{[]string{"--feed", "coingecko", "--refresh", "1s", "--coingecko-coins", "600"}, "--refresh 1s: quoting 600 coins takes 3 CoinGecko calls a refresh, 180 a minute, more than --coingecko-rate 30; refresh less often"},
 		{[]string{"--feed", "coingecko", "--seed", "3"}, "--seed is for --feed sim; the feed is coingecko"},
-	} {
-		dir := filepath.Join(t.TempDir(), "data")
-		_, _, err := cli(t, nil, append([]string{"serve", "--addr", freeAddr(t), "--data-dir", dir}, tt.args...)...)
-		if err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("%v: %v, want %q", tt.args, err, tt.want)
-		}
-		if _, err := os.Stat(dir); err == nil {
-			t.Errorf("%v: refused after creating the data directory", tt.args)
-		}
-	}
+	})
 }

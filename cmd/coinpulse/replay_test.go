@@ -68,10 +68,7 @@ func TestServeReplayRefusals(t *testing.T) {
 	os.Mkdir(filepath.Join(future, "coins"), 0o755)
 	os.WriteFile(filepath.Join(future, "coinlist.csv"), []byte("id,symbol,name\nalpha,alp,Alpha\n"), 0o644)
 	os.WriteFile(filepath.Join(future, "coins", "alpha.csv"), []byte("timestamp,readableTimestamp,coinId,price,marketCap,totalVolume\n4102444800000,x,alpha,1,2,3\n"), 0o644)
-	for _, tt := range []struct {
-		args []string
-		want string
-	}{
+	refusals(t, []refusal{
 		{[]string{"--feed", "replay"}, "--feed replay needs --replay-dir"},
 		{[]string{"--replay-dir", rec}, "--replay-dir is for --feed replay; the feed is sim"},
 		{[]string{"--feed", "coin"}, `--feed "coin": sim, replay or coingecko`},
@@ -80,7 +77,25 @@ func TestServeReplayRefusals(t *testing.T) {
 		{[]string{"--feed", "replay", "--replay-dir", t.TempDir()}, "coinlist.csv: no such file or directory"},
 		{[]string{"--feed", "replay", "--replay-dir", rec}, filepath.Join(rec, "coins", "alpha.csv") + `: line 2: price "-1": want a number, 0 or more`},
 		{[]string{"--feed", "replay", "--replay-dir", future}, "the recording starts on 2100-01-01, in the future: there is nothing to play yet"},
-	} {
+	})
+	// A sim flag left in the environment names its variable.
+	_, _, err := cli(t, map[string]string{"COINPULSE_SEED": "7"}, "serve", "--addr", freeAddr(t), "--data-dir", filepath.Join(t.TempDir(), "data"), "--feed", "replay", "--replay-dir", rec)
+	if err == nil || !strings.HasSuffix(err.Error(), "--seed is for --feed sim; the feed is replay (set by COINPULSE_SEED)") {
+		t.Errorf("COINPULSE_SEED with the replay feed: %v", err)
+	}
+}
+
+// refusal is serve's arguments and the error they must fail with.
+type refusal struct {
+	args []string
+	want string
+}
+
+// refusals runs serve with each refusal's arguments and checks that it
+// fails with the error, before creating the data directory.
+func refusals(t *testing.T, cases []refusal) {
+	t.Helper()
+	for _, tt := range cases {
 		dir := filepath.Join(t.TempDir(), "data")
 		_, _, err := cli(t, nil, append([]string{"serve", "--addr", freeAddr(t), "--data-dir", dir}, tt.args...)...)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -89,10 +104,5 @@ func TestServeReplayRefusals(t *testing.T) {
 		if _, err := os.Stat(dir); err == nil {
 			t.Errorf("%v: refused after creating the data directory", tt.args)
 		}
-	}
-	// A sim flag left in the environment names its variable.
-	_, _, err := cli(t, map[string]string{"COINPULSE_SEED": "7"}, "serve", "--addr", freeAddr(t), "--data-dir", filepath.Join(t.TempDir(), "data"), "--feed", "replay", "--replay-dir", rec)
-	if err == nil || !strings.HasSuffix(err.Error(), "--seed is for --feed sim; the feed is replay (set by COINPULSE_SEED)") {
-		t.Errorf("COINPULSE_SEED with the replay feed: %v", err)
 	}
 }

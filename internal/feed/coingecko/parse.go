@@ -1,6 +1,7 @@
 package coingecko
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -209,18 +210,8 @@ func ParseChart(body []byte) ([]Sample, error) {
 	for _, s := range byT {
 		out = append(out, *s)
 	}
-	slices.SortFunc(out, func(a, b Sample) int { return cmpInt(a.T, b.T) })
+	slices.SortFunc(out, func(a, b Sample) int { return cmp.Compare(a.T, b.T) })
 	return out, nil
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Milliseconds from 2009 (the first coin) to 9999: a timestamp outside is
