@@ -99,7 +99,9 @@ func TestServeCoinGeckoRefusals(t *testing.T) {
 		{[]string{"--feed", "coingecko", "--coingecko-url", "api.coingecko.com"}, `--coingecko-url: URL "api.coingecko.com": want http(s)://host/path`},
 		{[]string{"--feed", "coingecko", "--coingecko-key-file", empty}, "--coingecko-key-file: " + empty + " holds 0 characters"},
 		{[]string{"--feed", "coingecko", "--coingecko-key-file", empty + ".none"}, "--coingecko-key-file: open"},
-		{[]string{"--feed", "coingecko", "--refresh", "1s", "--coingecko-coins", "600"}, "--refresh 1s: quoting 600 coins takes 3 CoinGecko calls a refresh, 180 a minute, more than --coingecko-rate 30; refresh less often"},
+		{[]string{"--feed", "coingecko", "--refresh", "1s", "--coingecko-coins", "600"}, "--refresh 1s: quoting 600 coins takes 3 CoinGecko calls a refresh, 180 a minute, more than --coingecko-rate 25; refresh less often"},
 		{[]string{"--feed", "coingecko", "--seed", "3"}, "--seed is for --feed sim; the feed is coingecko"},
+		{[]string{"--feed", "coingecko", "--coingecko-history-days", "400"}, "--coingecko-history-days 400: CoinGecko's public API, and its free demo keys, reach 365 days back"},
+		{[]string{"--feed", "coingecko", "--coingecko-url", "https://pro-api.coingecko.com/api/v3"}, "a paid plan's API needs its key: --coingecko-key-file"},
 	})
 }

@@ -81,7 +81,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.coingecko.BaseURL, "coingecko-url", coingecko.DefaultURL, "root of CoinGecko's API (a paid plan's: https://pro-api.coingecko.com/api/v3)")
 	fs.StringVar(&c.coingeckoKeyFile, "coingecko-key-file", "", "file holding the CoinGecko API key (sent as x-cg-pro-api-key to pro-api.coingecko.com, else as x-cg-demo-api-key); none: no key")
 	fs.IntVar(&c.coingecko.Coins, "coingecko-coins", coingecko.DefaultCoins, "how many of the largest coins by market cap the coingecko feed serves (1 to 5000)")
-	fs.IntVar(&c.coingecko.CallsPerMinute, "coingecko-rate", coingecko.DefaultCallsPerMinute, "calls a minute the coingecko feed makes at most (your CoinGecko plan's rate: 30 for a free demo key)")
+	fs.IntVar(&c.coingecko.CallsPerMinute, "coingecko-rate", coingecko.DefaultCallsPerMinute, "calls a minute the coingecko feed makes at most (a little under your CoinGecko plan's rate: 30 for a free demo key)")
 	fs.IntVar(&c.coingecko.HistoryDays, "coingecko-history-days", coingecko.DefaultHistoryDays, "days of daily history the coingecko feed fetches at a first start (92 to 7320; a free key reaches 365)")
 	fs.DurationVar(&c.refresh, "refresh", time.Minute, "time between price refreshes (a Go duration such as 1s)")
 	fs.Int64Var(&c.seed, "seed", 1, "seed of the simulated feed")
@@ -572,6 +572,13 @@ func (c *serveConfig) checkCoinGecko() error {
 			"CallsPerMinute": "--coingecko-rate", "HistoryDays": "--coingecko-history-days"}[ce.Field]
 		return fmt.Errorf("%s: %w", flag, err)
 	}
+	u, _ := url.Parse(c.coingecko.BaseURL)
+	switch host := u.Hostname(); {
+	case host == "api.coingecko.com" && c.coingecko.HistoryDays > 365:
+		return fmt.Errorf("--coingecko-history-days %d: CoinGecko's public API, and its free demo keys, reach 365 days back; more takes a paid plan's --coingecko-url https://pro-api.coingecko.com/api/v3", c.coingecko.HistoryDays)
+	case strings.HasPrefix(host, "pro-api.") && c.coingecko.APIKey == "":
+		return fmt.Errorf("--coingecko-url %s: a paid plan's API needs its key: --coingecko-key-file", c.coingecko.BaseURL)
+	}
 	perRefresh := (c.coingecko.Coins + 249) / 250
 	if perMinute := float64(perRefresh) * float64(time.Minute) / float64(c.refresh); perMinute > float64(c.coingecko.CallsPerMinute) {
 		return fmt.Errorf("--refresh %s: quoting %d coins takes %d CoinGecko calls a refresh, %.0f a minute, more than --coingecko-rate %d; refresh less often", c.refresh, c.coingecko.Coins, perRefresh, perMinute, c.coingecko.CallsPerMinute)
@@ -583,7 +590,9 @@ func (c *serveConfig) checkCoinGecko() error {
 // not the market's of the moment.
 func newFeed(cfg serveConfig, log *slog.Logger) (coinpulse.Feed, error) {
 	if cfg.feed == "coingecko" {
-		f, err := coingecko.New(cfg.coingecko, time.Now())
+		cg := cfg.coingecko
+		cg.Log = log
+		f, err := coingecko.New(cg)
 		if err != nil {
 			return nil, err
 		}

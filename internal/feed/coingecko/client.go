@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -28,6 +29,7 @@ type client struct {
 	interval  time.Duration // between two calls
 	retryBase time.Duration
 	attempts  int
+	log       *slog.Logger
 
 	mu   sync.Mutex
 	next time.Time // the earliest the next call may start
@@ -115,6 +117,7 @@ func (c *client) get(ctx context.Context, path string, q url.Values) ([]byte, er
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
 		case errors.As(err, &se) && se.Status == http.StatusTooManyRequests:
+			c.log.Warn("coingecko: rate limited (429); waiting", "retry_after", retryAfter, "calls_a_minute", int(time.Minute/c.interval), "message", se.Message)
 			c.holdOff(retryAfter)
 		case errors.As(err, &se) && se.Status < 500:
 			return nil, err
@@ -153,7 +156,7 @@ func (c *client) do(ctx context.Context, u string) (body []byte, retryAfter time
 	if res.StatusCode == http.StatusTooManyRequests {
 		retryAfter = time.Minute
 		if s, err := strconv.Atoi(strings.TrimSpace(res.Header.Get("Retry-After"))); err == nil && s >= 0 {
-			retryAfter = min(time.Duration(s)*time.Second, 5*time.Minute)
+			retryAfter = time.Duration(min(s, 300)) * time.Second
 		}
 	}
 	return nil, retryAfter, se

@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -37,9 +38,12 @@ const DefaultURL = "https://api.coingecko.com/api/v3"
 
 // Defaults and bounds of Config.
 const (
-	DefaultCoins          = 100
-	MaxCoins              = 5000
-	DefaultCallsPerMinute = 30
+	DefaultCoins = 100
+	MaxCoins     = 5000
+	// DefaultCallsPerMinute stays under a free demo key's 30, which
+	// CoinGecko counts by the minute: calls spaced evenly at exactly 30
+	// would meet a 429 on the first jitter.
+	DefaultCallsPerMinute = 25
 	DefaultHistoryDays    = 365
 	// MinHistoryDays keeps the hourly window (90 days) and the 30-day
 	// change within the history fetched.
@@ -65,7 +69,7 @@ type Config struct {
 	APIKey string
 	// Coins is how many of the largest coins are served (default 100).
 	Coins int
-	// CallsPerMinute spaces the calls (default 30).
+	// CallsPerMinute spaces the calls (default 25).
 	CallsPerMinute int
 	// HistoryDays is how far back a first start fetches daily history
 	// (default 365: CoinGecko's free keys reach no further).
@@ -78,6 +82,11 @@ type Config struct {
 	RetryBase time.Duration
 	// Attempts is how many times a call is tried (default 6).
 	Attempts int
+	// Clock is the time (default time.Now).
+	Clock func() time.Time
+	// Log receives the feed's warnings: coins left out, 429s (default
+	// slog.Default()).
+	Log *slog.Logger
 }
 
 // Feed reads CoinGecko. Its methods are safe for concurrent use.
@@ -85,17 +94,17 @@ type Feed struct {
 	c           *client
 	coins       int
 	historyDays int
-	// listedAt is where the history of every coin begins: the day
-	// HistoryDays − 2 days before the day the feed was made. The first
-	// call asks from a day before it, so that it reaches less than
-	// HistoryDays back (CoinGecko's free keys reach 365 days, to the
-	// second).
-	listedAt time.Time
+	now         func() time.Time
+	log         *slog.Logger
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// listedAt is where the history of every coin begins: the day
+	// HistoryDays − 2 days before the day of the last Universe. The first
+	// call asks from a day before it, and no call reaches HistoryDays
+	// back (CoinGecko's free keys reach 365 days, to the second).
+	listedAt time.Time
 	universe []string           // ids, in the order Universe returned them
 	charts   map[string]fetched // the hourly chart just fetched per coin, until its daily points are asked for
-	skipped  []string           // left out by the last Universe
 }
 
 // fetched is a chart CoinGecko answered for [from, to].
@@ -152,7 +161,7 @@ func (cfg Config) Validate() error {
 
 // New returns a feed for cfg, its zero fields set to their defaults; it
 // makes no call.
-func New(cfg Config, now time.Time) (*Feed, error) {
+func New(cfg Config) (*Feed, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -167,6 +176,12 @@ func New(cfg Config, now time.Time) (*Feed, error) {
 	if cfg.Attempts <= 0 {
 		cfg.Attempts = 6
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
 	header := "x-cg-demo-api-key"
 	if strings.HasPrefix(u.Hostname(), "pro-api.") {
 		header = "x-cg-pro-api-key"
@@ -175,11 +190,12 @@ func New(cfg Config, now time.Time) (*Feed, error) {
 		c: &client{
 			base: strings.TrimSuffix(cfg.BaseURL, "/"), key: cfg.APIKey, keyHeader: header,
 			http: cfg.HTTP, interval: time.Minute / time.Duration(cfg.CallsPerMinute),
-			retryBase: cfg.RetryBase, attempts: cfg.Attempts,
+			retryBase: cfg.RetryBase, attempts: cfg.Attempts, log: cfg.Log,
 		},
 		coins:       cfg.Coins,
 		historyDays: cfg.HistoryDays,
-		listedAt:    now.UTC().Truncate(day).Add(-time.Duration(cfg.HistoryDays-2) * day),
+		now:         cfg.Clock,
+		log:         cfg.Log,
 		charts:      map[string]fetched{},
 	}, nil
 }
@@ -205,13 +221,6 @@ func (f *Feed) Calls() int64 {
 	f.c.mu.Lock()
 	defer f.c.mu.Unlock()
 	return f.c.calls
-}
-
-// Skipped returns what the last Universe left out, and why.
-func (f *Feed) Skipped() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.skipped
 }
 
 // BackfillCalls is how many calls a first start's backfill of n coins
@@ -251,9 +260,14 @@ func (f *Feed) Universe(ctx context.Context) ([]coinpulse.CoinInfo, error) {
 	if len(all) == 0 {
 		return nil, fmt.Errorf("GET /coins/markets: no coin")
 	}
+	if len(skipped) > 0 {
+		f.log.Warn("coingecko: coins left out of the universe (an id that cannot be a path segment, an empty name or symbol, a malformed entry)",
+			"coins", len(skipped), "first", skipped[:min(len(skipped), 5)])
+	}
 	infos := make([]coinpulse.CoinInfo, len(all))
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.listedAt = f.now().UTC().Truncate(day).Add(-time.Duration(f.historyDays-2) * day)
 	f.universe = f.universe[:0]
 	for i, m := range all {
 		infos[i] = coinpulse.CoinInfo{
@@ -266,7 +280,6 @@ func (f *Feed) Universe(ctx context.Context) ([]coinpulse.CoinInfo, error) {
 		}
 		f.universe = append(f.universe, m.ID)
 	}
-	f.skipped = skipped
 	return infos, nil
 }
 
@@ -318,23 +331,29 @@ func (f *Feed) Quotes(ctx context.Context, now time.Time) ([]coinpulse.Quote, er
 // a call: the engine asks for a gap's hourly points, then its daily ones.
 // A coin CoinGecko does not know (delisted since Universe) has none.
 func (f *Feed) History(ctx context.Context, coin coinpulse.CoinInfo, interval coinpulse.Interval, from, to time.Time) ([]coinpulse.HistoryPoint, error) {
+	now := f.now()
+	f.mu.Lock()
 	from = maxTime(from, f.listedAt)
+	cached, ok := f.charts[coin.ID]
+	if interval == coinpulse.Daily {
+		delete(f.charts, coin.ID) // asked for once; memory is the universe's otherwise
+	}
+	f.mu.Unlock()
 	if to.Before(from) {
 		return nil, nil
 	}
 	step := interval.Step()
-	if interval == coinpulse.Daily {
-		f.mu.Lock()
-		c, ok := f.charts[coin.ID]
-		delete(f.charts, coin.ID) // asked for once; memory is the universe's otherwise
-		f.mu.Unlock()
-		if ok && !from.Before(c.from) && !to.After(c.to) {
-			return Resample(c.samples, step, from, to), nil
-		}
+	if interval == coinpulse.Daily && ok && !from.Before(cached.from) && !to.After(cached.to) {
+		return Resample(cached.samples, step, from, to), nil
 	}
-	// Ask from a step before: a grid point at from is then between two
-	// samples.
-	lo, hi := maxTime(from.Add(-step), f.listedAt.Add(-day)), to
+	// Ask from a step before from and to a step after to (or now), so
+	// that the grid points at both ends lie between two samples; but
+	// never HistoryDays back or more, which a free key is refused.
+	lo := maxTime(from.Add(-step), now.Add(-time.Duration(f.historyDays)*day+time.Minute))
+	hi := minTime(to.Add(step), now)
+	if hi.Before(lo) {
+		return nil, nil
+	}
 	samples, err := f.chart(ctx, coin.ID, lo, hi, interval)
 	if err != nil {
 		return nil, err
@@ -399,6 +418,13 @@ func (f *Feed) chart(ctx context.Context, id string, from, to time.Time, interva
 
 func maxTime(a, b time.Time) time.Time {
 	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
 		return a
 	}
 	return b

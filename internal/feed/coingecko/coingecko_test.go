@@ -6,8 +6,10 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,7 +43,7 @@ func newFeed(t *testing.T, up *cgtest.Upstream, cfg Config) *Feed {
 		cfg.CallsPerMinute = 60_000
 	}
 	cfg.RetryBase = time.Millisecond
-	f, err := New(cfg, time.Now())
+	f, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,16 +287,124 @@ func TestNewRefuses(t *testing.T) {
 		{Config{HistoryDays: 91}, "history days 91: 92 to"},
 		{Config{APIKey: "a\nb"}, "line break"},
 	} {
-		if _, err := New(tt.cfg, time.Now()); err == nil || !strings.Contains(err.Error(), tt.want) {
+		if _, err := New(tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%+v: %v, want %q", tt.cfg, err, tt.want)
 		}
 	}
-	f, _ := New(Config{BaseURL: "https://pro-api.coingecko.com/api/v3/", APIKey: "k"}, time.Now())
+	f, _ := New(Config{BaseURL: "https://pro-api.coingecko.com/api/v3/", APIKey: "k"})
 	if f.c.keyHeader != "x-cg-pro-api-key" || f.c.base != "https://pro-api.coingecko.com/api/v3" {
 		t.Errorf("pro: %+v", f.c)
 	}
-	f, _ = New(Config{}, time.Now())
+	f, _ = New(Config{})
 	if f.c.keyHeader != "x-cg-demo-api-key" || f.c.base != DefaultURL || f.Simulated() || f.Name() != "coingecko" {
 		t.Errorf("default: %+v", f.c)
+	}
+}
+
+// clock is a settable clock for the feed and the stand-in.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Set(t time.Time)     { c.mu.Lock(); c.t = t; c.mu.Unlock() }
+func (c *clock) Add(d time.Duration) { c.Set(c.Now().Add(d)) }
+
+// A backfill that runs past midnight UTC never asks a free key for more
+// than 365 days; a Universe taken again moves the listing with the day.
+func TestHistoryAcrossMidnight(t *testing.T) {
+	clk := &clock{t: time.Now().UTC().Truncate(day).Add(-10 * time.Minute)} // 23:50
+	up := cgtest.Start(t, cgtest.Coins(2))
+	up.Now = clk.Now
+	f := newFeed(t, up, Config{Clock: clk.Now})
+	u, err := f.Universe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(11 * time.Minute) // 00:01
+	pts, err := f.History(context.Background(), u[0], coinpulse.Daily, u[0].ListedAt, clk.Now())
+	if err != nil {
+		t.Fatalf("daily history after midnight: %v", err)
+	}
+	if len(pts) < 363 || !pts[len(pts)-1].Timestamp.Equal(clk.Now().Truncate(day)) {
+		t.Errorf("%d points, the last at %v", len(pts), pts[len(pts)-1].Timestamp)
+	}
+	u2, _ := f.Universe(context.Background())
+	if !u2[0].ListedAt.Equal(u[0].ListedAt.Add(day)) {
+		t.Errorf("listed at %v after midnight, %v before", u2[0].ListedAt, u[0].ListedAt)
+	}
+}
+
+// A grid point at the end of a span in the past lies between two samples:
+// the feed asks a step past it, rather than take the sample before it.
+func TestHistoryPastEnd(t *testing.T) {
+	coins := cgtest.Coins(1)
+	up := cgtest.Start(t, coins)
+	f := newFeed(t, up, Config{})
+	u, _ := f.Universe(context.Background())
+	to := time.Now().UTC().Truncate(time.Hour).Add(-5 * time.Hour)
+	pts, err := f.History(context.Background(), u[0], coinpulse.Hourly, to.Add(-3*time.Hour), to)
+	if err != nil || len(pts) != 4 {
+		t.Fatalf("%v %+v", err, pts)
+	}
+	for _, p := range pts {
+		if want := cgtest.Price(coins[0], p.Timestamp); !near(p.Price, want) {
+			t.Errorf("%v: %v, want %v", p.Timestamp, p.Price, want)
+		}
+	}
+	// A gap within the day: the daily points asked for start after now,
+	// and the hourly chart kept for them is let go.
+	if pts, err := f.History(context.Background(), u[0], coinpulse.Daily, to.Truncate(day).Add(day), to); err != nil || len(pts) != 0 || len(f.charts) != 0 {
+		t.Errorf("daily points of a same-day gap: %v %d, %d charts kept", err, len(pts), len(f.charts))
+	}
+}
+
+// A Retry-After past any sense waits 5 minutes, not a negative time.
+func TestRetryAfterBounded(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "10000000000")
+		w.WriteHeader(429)
+	}))
+	defer srv.Close()
+	c := &client{http: srv.Client()}
+	if _, wait, err := c.do(context.Background(), srv.URL); err == nil || wait != 5*time.Minute {
+		t.Errorf("%v %v", wait, err)
+	}
+}
+
+// The feed's three callers (the engine's two backfill workers and its
+// refresh) at once.
+func TestConcurrentCalls(t *testing.T) {
+	up := cgtest.Start(t, cgtest.Coins(10))
+	f := newFeed(t, up, Config{Coins: 10})
+	u, err := f.Universe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	now := time.Now()
+	for w := range 2 {
+		wg.Go(func() {
+			for _, c := range u[w*5 : w*5+5] {
+				if _, err := f.History(context.Background(), c, coinpulse.Hourly, now.Add(-50*time.Hour), now); err != nil {
+					t.Error(err)
+				}
+				if _, err := f.History(context.Background(), c, coinpulse.Daily, now.Add(-48*time.Hour), now); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 5 {
+			if _, err := f.Quotes(context.Background(), time.Now()); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	wg.Wait()
+	if n := up.Calls("chart"); n != 10 {
+		t.Errorf("%d chart calls, want 10", n)
 	}
 }

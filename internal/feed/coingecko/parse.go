@@ -134,11 +134,18 @@ func validText(s string, n int) bool {
 	return true
 }
 
-func clip(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "…"
+func clip(s string) string { return cut(s, 40) }
+
+// cut returns s cut to at most n bytes, on a character's boundary, with
+// "…" when it was cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	return s
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 func price(p *float64) *float64 {
@@ -335,8 +342,5 @@ func clipMessage(s string) string {
 		}
 		return r
 	}, s)
-	if len(s) > 300 {
-		s = s[:300] + "…"
-	}
-	return s
+	return cut(s, 300)
 }

@@ -1,9 +1,11 @@
 // Package cgtest stands in for CoinGecko's API in tests, which must not
 // depend on a live upstream: it answers GET /coins/markets and
 // GET /coins/{id}/market_chart/range in CoinGecko's shapes (as
-// ../shared/fixtures/coingecko records them), at CoinGecko's granularity
-// (5-minute points for a span of a day, hourly ones, a few minutes past
-// the hour, up to 90 days, daily ones at 00:00 UTC beyond), with its
+// ../shared/fixtures/coingecko records them), at CoinGecko's documented
+// granularity (5-minute points for a day up to the present, hourly ones,
+// a few minutes past the hour, for a day in the past and up to 90 days,
+// daily ones at 00:00 UTC beyond; the latest price last when the span
+// reaches the present), with its
 // refusals (an unknown coin, a span beyond a free key's 365 days, a
 // missing key, 429 when told to), and figures that are a pure function of
 // the coin and the instant, so that a test knows what the feed must serve.
@@ -291,9 +293,14 @@ func (u *Upstream) chart(w http.ResponseWriter, r *http.Request, id string) {
 	if b.After(now) {
 		b = now
 	}
+	// CoinGecko's granularity: 5-minute points for a day up to the
+	// present, hourly ones for a day in the past and up to 90 days,
+	// daily ones (00:00 UTC) beyond; an answer reaching the present ends
+	// with the latest price, at the moment asked.
+	present := !time.Unix(to, 0).Before(now)
 	var times []time.Time
 	switch span := b.Sub(a); {
-	case span <= 24*time.Hour:
+	case span <= 24*time.Hour && present:
 		for t := a.Truncate(5 * time.Minute).Add(FiveMinOffset); !t.After(b); t = t.Add(5 * time.Minute) {
 			times = append(times, t)
 		}
@@ -306,9 +313,7 @@ func (u *Upstream) chart(w http.ResponseWriter, r *http.Request, id string) {
 			times = append(times, t)
 		}
 	}
-	// CoinGecko's hourly and daily answers end with the latest price,
-	// at the moment asked (or the last update before it).
-	if b.Sub(a) > 24*time.Hour && (len(times) == 0 || b.After(times[len(times)-1])) {
+	if present && (len(times) == 0 || b.After(times[len(times)-1])) {
 		times = append(times, b)
 	}
 	times = slices.DeleteFunc(times, func(t time.Time) bool { return t.Before(a) })
