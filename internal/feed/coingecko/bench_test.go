@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"coinpulse/internal/feed/upstream"
 )
 
 // marketsPage is a page of n markets in CoinGecko's shape, with every
@@ -68,7 +70,7 @@ func BenchmarkResample(b *testing.B) {
 	s, _ := ParseChart(chart)
 	b.ReportAllocs()
 	for b.Loop() {
-		if pts := Resample(s, time.Hour, from, to); len(pts) != 90*24+1 {
+		if pts := upstream.Resample(s, time.Hour, from, to); len(pts) != 90*24+1 {
 			b.Fatal(len(pts))
 		}
 	}

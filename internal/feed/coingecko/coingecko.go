@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"coinpulse"
+	"coinpulse/internal/feed/upstream"
 )
 
 // DefaultURL is CoinGecko's public API. A paid plan's is
@@ -91,7 +92,7 @@ type Config struct {
 
 // Feed reads CoinGecko. Its methods are safe for concurrent use.
 type Feed struct {
-	c           *client
+	c           *upstream.Client
 	coins       int
 	historyDays int
 	now         func() time.Time
@@ -110,7 +111,7 @@ type Feed struct {
 // fetched is a chart CoinGecko answered for [from, to].
 type fetched struct {
 	from, to time.Time
-	samples  []Sample
+	samples  []upstream.Sample
 }
 
 var _ coinpulse.Feed = (*Feed)(nil)
@@ -167,31 +168,25 @@ func New(cfg Config) (*Feed, error) {
 		return nil, err
 	}
 	u, _ := url.Parse(cfg.BaseURL)
-	if cfg.HTTP == nil {
-		cfg.HTTP = &http.Client{Timeout: 30 * time.Second}
-	}
-	if cfg.RetryBase <= 0 {
-		cfg.RetryBase = 2 * time.Second
-	}
-	if cfg.Attempts <= 0 {
-		cfg.Attempts = 6
-	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	header := "x-cg-demo-api-key"
-	if strings.HasPrefix(u.Hostname(), "pro-api.") {
-		header = "x-cg-pro-api-key"
+	header := http.Header{}
+	if cfg.APIKey != "" {
+		name := "x-cg-demo-api-key"
+		if strings.HasPrefix(u.Hostname(), "pro-api.") {
+			name = "x-cg-pro-api-key"
+		}
+		header.Set(name, cfg.APIKey)
 	}
 	return &Feed{
-		c: &client{
-			base: strings.TrimSuffix(cfg.BaseURL, "/"), key: cfg.APIKey, keyHeader: header,
-			http: cfg.HTTP, interval: time.Minute / time.Duration(cfg.CallsPerMinute),
-			retryBase: cfg.RetryBase, attempts: cfg.Attempts, log: cfg.Log,
-		},
+		c: upstream.New(upstream.Config{
+			Name: "coingecko", BaseURL: cfg.BaseURL, Header: header, CallsPerMinute: cfg.CallsPerMinute,
+			RetryBase: cfg.RetryBase, Attempts: cfg.Attempts, HTTP: cfg.HTTP, Log: cfg.Log, Message: upstreamError,
+		}),
 		coins:       cfg.Coins,
 		historyDays: cfg.HistoryDays,
 		now:         cfg.Clock,
@@ -217,11 +212,7 @@ func (f *Feed) String() string { return "coingecko/v" + strconv.Itoa(version) }
 func (f *Feed) RollupFromQuotes() bool { return true }
 
 // Calls returns how many calls the feed has made.
-func (f *Feed) Calls() int64 {
-	f.c.mu.Lock()
-	defer f.c.mu.Unlock()
-	return f.c.calls
-}
+func (f *Feed) Calls() int64 { return f.c.Calls() }
 
 // BackfillCalls is how many calls a first start's backfill of n coins
 // makes.
@@ -238,7 +229,7 @@ func (f *Feed) Universe(ctx context.Context) ([]coinpulse.CoinInfo, error) {
 			"per_page": {strconv.Itoa(min(perPage, f.coins))}, "page": {strconv.Itoa(page)},
 			"precision": {"full"},
 		}
-		body, err := f.c.get(ctx, "/coins/markets", q)
+		body, err := f.c.Get(ctx, "/coins/markets", q)
 		if err != nil {
 			return nil, err
 		}
@@ -298,7 +289,7 @@ func (f *Feed) Quotes(ctx context.Context, now time.Time) ([]coinpulse.Quote, er
 			"per_page": {strconv.Itoa(perPage)}, "page": {"1"}, "precision": {"full"},
 		}
 		ids = ids[n:]
-		body, err := f.c.get(ctx, "/coins/markets", q)
+		body, err := f.c.Get(ctx, "/coins/markets", q)
 		if err != nil {
 			return nil, err
 		}
@@ -344,7 +335,7 @@ func (f *Feed) History(ctx context.Context, coin coinpulse.CoinInfo, interval co
 	}
 	step := interval.Step()
 	if interval == coinpulse.Daily && ok && !from.Before(cached.from) && !to.After(cached.to) {
-		return Resample(cached.samples, step, from, to), nil
+		return upstream.Resample(cached.samples, step, from, to), nil
 	}
 	// Ask from a step before from and to a step after to (or now), so
 	// that the grid points at both ends lie between two samples; but
@@ -363,7 +354,7 @@ func (f *Feed) History(ctx context.Context, coin coinpulse.CoinInfo, interval co
 		f.charts[coin.ID] = fetched{from: lo.Add(step), to: hi, samples: samples}
 		f.mu.Unlock()
 	}
-	return Resample(samples, step, from, to), nil
+	return upstream.Resample(samples, step, from, to), nil
 }
 
 // maxChunk is the longest span asked for in one call when hourly points
@@ -374,7 +365,7 @@ const maxChunk = 60 * day
 // chart fetches a coin's samples over [from, to]: in spans of at most
 // maxChunk (and at least 2 days) for hourly points, in one call for daily
 // ones.
-func (f *Feed) chart(ctx context.Context, id string, from, to time.Time, interval coinpulse.Interval) ([]Sample, error) {
+func (f *Feed) chart(ctx context.Context, id string, from, to time.Time, interval coinpulse.Interval) ([]upstream.Sample, error) {
 	var spans [][2]time.Time
 	if interval == coinpulse.Daily || to.Sub(from) <= maxChunk {
 		spans = append(spans, [2]time.Time{from, to})
@@ -389,11 +380,11 @@ func (f *Feed) chart(ctx context.Context, id string, from, to time.Time, interva
 			spans = append(spans, [2]time.Time{a, b})
 		}
 	}
-	var out []Sample
+	var out []upstream.Sample
 	for _, s := range spans {
 		q := url.Values{"vs_currency": {"usd"}, "from": {strconv.FormatInt(s[0].Unix(), 10)}, "to": {strconv.FormatInt(s[1].Unix(), 10)}, "precision": {"full"}}
-		body, err := f.c.get(ctx, "/coins/"+url.PathEscape(id)+"/market_chart/range", q)
-		if se := (*StatusError)(nil); errors.As(err, &se) && se.Status == http.StatusNotFound {
+		body, err := f.c.Get(ctx, "/coins/"+url.PathEscape(id)+"/market_chart/range", q)
+		if se := (*upstream.StatusError)(nil); errors.As(err, &se) && se.Status == http.StatusNotFound {
 			return nil, nil
 		}
 		if err != nil {

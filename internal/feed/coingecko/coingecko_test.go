@@ -6,7 +6,6 @@ import (
 	"errors"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 
 	"coinpulse"
 	"coinpulse/internal/feed/coingecko/cgtest"
+	"coinpulse/internal/feed/upstream"
 )
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
@@ -228,7 +228,7 @@ func TestRefusals(t *testing.T) {
 	up.Key = "secret"
 	calls := up.Calls("markets")
 	_, err = f.Universe(ctx)
-	var se *StatusError
+	var se *upstream.StatusError
 	if !errors.As(err, &se) || se.Status != 401 || !strings.Contains(err.Error(), "401 Unauthorized: API Key Missing") || up.Calls("markets")-calls != 1 {
 		t.Errorf("no key: %v, after %d calls", err, up.Calls("markets")-calls)
 	}
@@ -292,12 +292,12 @@ func TestNewRefuses(t *testing.T) {
 		}
 	}
 	f, _ := New(Config{BaseURL: "https://pro-api.coingecko.com/api/v3/", APIKey: "k"})
-	if f.c.keyHeader != "x-cg-pro-api-key" || f.c.base != "https://pro-api.coingecko.com/api/v3" {
-		t.Errorf("pro: %+v", f.c)
+	if h := f.c.Header(); h.Get("x-cg-pro-api-key") != "k" || len(h) != 1 || f.c.Base() != "https://pro-api.coingecko.com/api/v3" {
+		t.Errorf("pro: %v %s", h, f.c.Base())
 	}
-	f, _ = New(Config{})
-	if f.c.keyHeader != "x-cg-demo-api-key" || f.c.base != DefaultURL || f.Simulated() || f.Name() != "coingecko" {
-		t.Errorf("default: %+v", f.c)
+	f, _ = New(Config{APIKey: "k"})
+	if h := f.c.Header(); h.Get("x-cg-demo-api-key") != "k" || len(h) != 1 || f.c.Base() != DefaultURL || f.Simulated() || f.Name() != "coingecko" {
+		t.Errorf("default: %v %s", h, f.c.Base())
 	}
 }
 
@@ -357,19 +357,6 @@ func TestHistoryPastEnd(t *testing.T) {
 	// and the hourly chart kept for them is let go.
 	if pts, err := f.History(context.Background(), u[0], coinpulse.Daily, to.Truncate(day).Add(day), to); err != nil || len(pts) != 0 || len(f.charts) != 0 {
 		t.Errorf("daily points of a same-day gap: %v %d, %d charts kept", err, len(pts), len(f.charts))
-	}
-}
-
-// A Retry-After past any sense waits 5 minutes, not a negative time.
-func TestRetryAfterBounded(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Retry-After", "10000000000")
-		w.WriteHeader(429)
-	}))
-	defer srv.Close()
-	c := &client{http: srv.Client()}
-	if _, wait, err := c.do(context.Background(), srv.URL); err == nil || wait != 5*time.Minute {
-		t.Errorf("%v %v", wait, err)
 	}
 }
 

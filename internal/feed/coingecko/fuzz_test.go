@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"coinpulse/internal/feed/upstream"
 )
 
 // FuzzParseMarkets: an answer of /coins/markets either parses into coins
@@ -85,7 +87,7 @@ func FuzzParseChart(f *testing.F) {
 			to = from.Add(400 * 24 * time.Hour)
 		}
 		for _, step := range []time.Duration{time.Hour, 24 * time.Hour} {
-			pts := Resample(s, step, from, to)
+			pts := upstream.Resample(s, step, from, to)
 			for i, p := range pts {
 				if p.Timestamp.Before(from) || p.Timestamp.After(to) || !p.Timestamp.Equal(p.Timestamp.Truncate(step)) || i > 0 && !p.Timestamp.After(pts[i-1].Timestamp) {
 					t.Fatalf("point %d at %s", i, p.Timestamp)

@@ -11,7 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"coinpulse"
+	"coinpulse/internal/feed/upstream"
 )
 
 // Bounds of what a figure can be. An amount past them, or a price below
@@ -134,19 +134,7 @@ func validText(s string, n int) bool {
 	return true
 }
 
-func clip(s string) string { return cut(s, 40) }
-
-// cut returns s cut to at most n bytes, on a character's boundary, with
-// "…" when it was cut.
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
+func clip(s string) string { return upstream.Cut(s, 40) }
 
 func price(p *float64) *float64 {
 	if p == nil || !(*p >= minPrice && *p <= maxPrice) {
@@ -162,15 +150,6 @@ func amount(p *float64) *float64 {
 	return p
 }
 
-// Sample is one point of a chart as CoinGecko sends it: at T (Unix
-// milliseconds), a price and, where known, a market cap and a volume (0
-// when not: the history point's fields are not nullable).
-type Sample struct {
-	T                 int64
-	Price             float64
-	MarketCap, Volume float64
-}
-
 // chartJSON is an answer of GET /coins/{id}/market_chart and
 // /market_chart/range (../shared/fixtures/coingecko/coins_id_market_chart_range.json).
 type chartJSON struct {
@@ -183,7 +162,7 @@ type chartJSON struct {
 // samples ordered by time, one per timestamp. A pair that is not
 // [milliseconds, number], or whose price cannot be, is left out; market
 // caps and volumes are matched to prices by timestamp.
-func ParseChart(body []byte) ([]Sample, error) {
+func ParseChart(body []byte) ([]upstream.Sample, error) {
 	var c chartJSON
 	if err := json.Unmarshal(body, &c); err != nil {
 		return nil, fmt.Errorf("want a chart object (prices, market_caps, total_volumes): %w", err)
@@ -191,13 +170,13 @@ func ParseChart(body []byte) ([]Sample, error) {
 	if c.Prices == nil {
 		return nil, errors.New("want a chart object (prices, market_caps, total_volumes): no prices")
 	}
-	byT := make(map[int64]*Sample, len(c.Prices))
+	byT := make(map[int64]*upstream.Sample, len(c.Prices))
 	for _, p := range c.Prices {
 		t, v, ok := pair(p)
 		if !ok || price(&v) == nil {
 			continue
 		}
-		byT[t] = &Sample{T: t, Price: v}
+		byT[t] = &upstream.Sample{T: t, Price: v}
 	}
 	for _, p := range c.MarketCaps {
 		if t, v, ok := pair(p); ok && amount(&v) != nil {
@@ -213,11 +192,11 @@ func ParseChart(body []byte) ([]Sample, error) {
 			}
 		}
 	}
-	out := make([]Sample, 0, len(byT))
+	out := make([]upstream.Sample, 0, len(byT))
 	for _, s := range byT {
 		out = append(out, *s)
 	}
-	slices.SortFunc(out, func(a, b Sample) int { return cmp.Compare(a.T, b.T) })
+	slices.SortFunc(out, func(a, b upstream.Sample) int { return cmp.Compare(a.T, b.T) })
 	return out, nil
 }
 
@@ -239,73 +218,6 @@ func pair(p []*float64) (int64, float64, bool) {
 	return int64(ms), *p[1], true
 }
 
-// Resample returns the points on step's grid (UTC) in [from, to] that the
-// samples, ordered by time, tell: a grid point between two samples at most
-// two steps apart is interpolated linearly between them, one within a step
-// of the nearest sample takes that sample's figures, and one farther from
-// any is left out rather than made up. CoinGecko's points lie off the
-// grid (hourly ones a few minutes past the hour; the last one at the
-// moment asked), which this maps onto it.
-func Resample(samples []Sample, step time.Duration, from, to time.Time) []coinpulse.HistoryPoint {
-	if len(samples) == 0 || to.Before(from) {
-		return nil
-	}
-	stepMs := step.Milliseconds()
-	g := from.UTC().Truncate(step)
-	if g.Before(from) {
-		g = g.Add(step)
-	}
-	var out []coinpulse.HistoryPoint
-	i := 0 // samples[:i] are before the grid point
-	for ; !g.After(to); g = g.Add(step) {
-		t := g.UnixMilli()
-		for i < len(samples) && samples[i].T < t {
-			i++
-		}
-		var p coinpulse.HistoryPoint
-		switch {
-		case i < len(samples) && samples[i].T == t:
-			s := samples[i]
-			p = coinpulse.HistoryPoint{Price: s.Price, MarketCap: s.MarketCap, TotalVolume: s.Volume}
-		case i > 0 && i < len(samples) && samples[i].T-samples[i-1].T <= 2*stepMs:
-			a, b := samples[i-1], samples[i]
-			f := float64(t-a.T) / float64(b.T-a.T)
-			lerp := func(x, y float64) float64 { return x + (y-x)*f }
-			p = coinpulse.HistoryPoint{Price: lerp(a.Price, b.Price), MarketCap: lerp(a.MarketCap, b.MarketCap), TotalVolume: lerp(a.Volume, b.Volume)}
-		default:
-			s, ok := nearest(samples, i, t, stepMs)
-			if !ok {
-				continue
-			}
-			p = coinpulse.HistoryPoint{Price: s.Price, MarketCap: s.MarketCap, TotalVolume: s.Volume}
-		}
-		p.Timestamp = g
-		out = append(out, p)
-	}
-	return out
-}
-
-// nearest returns the sample next to index i (samples[i-1] or samples[i])
-// closest to t, if it is within d of it.
-func nearest(samples []Sample, i int, t, d int64) (Sample, bool) {
-	best, dist := Sample{}, int64(math.MaxInt64)
-	for _, j := range [2]int{i - 1, i} {
-		if j >= 0 && j < len(samples) {
-			if x := absInt(samples[j].T - t); x < dist {
-				best, dist = samples[j], x
-			}
-		}
-	}
-	return best, dist <= d
-}
-
-func absInt(x int64) int64 {
-	if x < 0 {
-		return -x
-	}
-	return x
-}
-
 // upstreamError reads the message out of an error answer: CoinGecko sends
 // {"error": "..."}, {"status": {"error_message": "..."}} or
 // {"error": {"status": {...}}}.
@@ -319,10 +231,10 @@ func upstreamError(body []byte) string {
 	if json.Unmarshal(body, &e) == nil {
 		var s string
 		if json.Unmarshal(e.Error, &s) == nil && s != "" {
-			return clipMessage(s)
+			return upstream.CleanMessage(s)
 		}
 		if e.Status != nil && e.Status.Message != "" {
-			return clipMessage(e.Status.Message)
+			return upstream.CleanMessage(e.Status.Message)
 		}
 		if len(e.Error) > 0 {
 			if m := upstreamError(e.Error); m != "" {
@@ -331,16 +243,4 @@ func upstreamError(body []byte) string {
 		}
 	}
 	return ""
-}
-
-// clipMessage makes an upstream's message fit a log line.
-func clipMessage(s string) string {
-	s = strings.ToValidUTF8(s, "?")
-	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return ' '
-		}
-		return r
-	}, s)
-	return cut(s, 300)
 }

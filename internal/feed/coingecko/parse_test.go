@@ -3,7 +3,6 @@ package coingecko
 import (
 	"encoding/json"
 	"maps"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"coinpulse"
 	"coinpulse/internal/feed/coingecko/cgtest"
+	"coinpulse/internal/feed/upstream"
 )
 
 // fixtures are CoinGecko's own response examples; the tests that read
@@ -46,7 +45,7 @@ func TestParseMarketsFixture(t *testing.T) {
 func TestParseChartFixture(t *testing.T) {
 	for _, name := range []string{"coins_id_market_chart_range.json", "coins_id_market_chart.json"} {
 		s, err := ParseChart(fixture(t, name))
-		want := []Sample{
+		want := []upstream.Sample{
 			{T: 1779027899041, Price: 77953.82550382407, MarketCap: 1560631481361.8042, Volume: 18688431751.857048},
 			{T: 1779028199661, Price: 78052.87543398788, MarketCap: 1562027330524.267, Volume: 18974828816.446976},
 		}
@@ -144,7 +143,7 @@ func TestParseChart(t *testing.T) {
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
 	body = strings.NewReplacer("3000", itoa(base+3000), "1000", itoa(base+1000), "2000", itoa(base+2000), "6000", itoa(base+6000), "5000", itoa(base+5000)).Replace(body)
 	s, err = ParseChart([]byte(body))
-	want := []Sample{
+	want := []upstream.Sample{
 		{T: base + 1000, Price: 1, MarketCap: 10, Volume: 100},
 		{T: base + 3000, Price: 3},
 		{T: base + 6000, Price: 6, MarketCap: 60},
@@ -159,46 +158,6 @@ func TestParseChart(t *testing.T) {
 	}
 	if s, err := ParseChart([]byte(`{"prices":[]}`)); err != nil || len(s) != 0 {
 		t.Errorf("no prices: %v %v", s, err)
-	}
-}
-
-func TestResample(t *testing.T) {
-	h := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
-	ms := func(d time.Duration) int64 { return h.Add(d).UnixMilli() }
-	samples := []Sample{
-		{T: ms(-30 * time.Minute), Price: 100, MarketCap: 1000, Volume: 10},
-		{T: ms(30 * time.Minute), Price: 200, MarketCap: 2000, Volume: 20},
-		{T: ms(2 * time.Hour), Price: 300},
-		// a gap of 5 hours: 3:00 and 4:00 are too far from any sample
-		{T: ms(7*time.Hour + 10*time.Minute), Price: 700},
-	}
-	got := Resample(samples, time.Hour, h, h.Add(9*time.Hour))
-	want := []coinpulse.HistoryPoint{
-		{Timestamp: h, Price: 150, MarketCap: 1500, TotalVolume: 15},
-		{Timestamp: h.Add(time.Hour), Price: 200 + 100*(30.0/90), MarketCap: 2000 - 2000*(30.0/90), TotalVolume: 20 - 20*(30.0/90)},
-		{Timestamp: h.Add(2 * time.Hour), Price: 300},
-		{Timestamp: h.Add(3 * time.Hour), Price: 300}, // within an hour of the sample at 2:00
-		{Timestamp: h.Add(7 * time.Hour), Price: 700},
-		{Timestamp: h.Add(8 * time.Hour), Price: 700},
-	}
-	if len(got) != len(want) {
-		t.Fatalf("%+v", got)
-	}
-	for i := range want {
-		g, w := got[i], want[i]
-		if !g.Timestamp.Equal(w.Timestamp) || math.Abs(g.Price-w.Price) > 1e-9 || math.Abs(g.MarketCap-w.MarketCap) > 1e-9 || math.Abs(g.TotalVolume-w.TotalVolume) > 1e-9 {
-			t.Errorf("point %d: %+v, want %+v", i, g, w)
-		}
-	}
-	// from between grid points starts at the next one.
-	if got := Resample(samples, time.Hour, h.Add(time.Minute), h.Add(time.Hour)); len(got) != 1 || !got[0].Timestamp.Equal(h.Add(time.Hour)) {
-		t.Errorf("%+v", got)
-	}
-	if got := Resample(nil, time.Hour, h, h.Add(time.Hour)); got != nil {
-		t.Errorf("%+v", got)
-	}
-	if got := Resample(samples, time.Hour, h.Add(time.Hour), h); got != nil {
-		t.Errorf("to before from: %+v", got)
 	}
 }
 
