@@ -90,7 +90,7 @@ func TestServeCoinGeckoRefusals(t *testing.T) {
 	empty := filepath.Join(t.TempDir(), "key")
 	os.WriteFile(empty, []byte("\n"), 0o600)
 	refusals(t, []refusal{
-		{[]string{"--feed", "binance"}, `--feed "binance": sim, replay or coingecko (binance is not available in this version)`},
+		{[]string{"--feed", "kraken"}, `--feed "kraken": sim, replay, coingecko or binance`},
 		{[]string{"--coingecko-coins", "50"}, "--coingecko-coins is for --feed coingecko; the feed is sim"},
 		{[]string{"--feed", "replay", "--replay-dir", t.TempDir(), "--coingecko-url", "http://x"}, "--coingecko-url is for --feed coingecko; the feed is replay"},
 		{[]string{"--feed", "coingecko", "--coingecko-coins", "0"}, "--coingecko-coins: coins 0: 1 to 5000"},

@@ -71,7 +71,7 @@ func TestServeReplayRefusals(t *testing.T) {
 	refusals(t, []refusal{
 		{[]string{"--feed", "replay"}, "--feed replay needs --replay-dir"},
 		{[]string{"--replay-dir", rec}, "--replay-dir is for --feed replay; the feed is sim"},
-		{[]string{"--feed", "coin"}, `--feed "coin": sim, replay or coingecko`},
+		{[]string{"--feed", "coin"}, `--feed "coin": sim, replay, coingecko or binance`},
 		{[]string{"--feed", "replay", "--replay-dir", rec, "--seed", "2"}, "--seed is for --feed sim; the feed is replay"},
 		{[]string{"--feed", "replay", "--replay-dir", rec, "--sim-coins", "2000"}, "--sim-coins is for --feed sim; the feed is replay"},
 		{[]string{"--feed", "replay", "--replay-dir", t.TempDir()}, "coinlist.csv: no such file or directory"},

@@ -27,6 +27,7 @@ import (
 	"coinpulse/internal/alerting"
 	"coinpulse/internal/api"
 	"coinpulse/internal/dashboard"
+	"coinpulse/internal/feed/binance"
 	"coinpulse/internal/feed/coingecko"
 	"coinpulse/internal/feed/replay"
 	"coinpulse/internal/feed/sim"
@@ -43,6 +44,7 @@ type serveConfig struct {
 	replayDir                string
 	coingecko                coingecko.Config
 	coingeckoKeyFile         string
+	binance                  binance.Config
 	refresh, shutdownTimeout time.Duration
 	writeTimeout             time.Duration
 	seed                     int64
@@ -76,13 +78,17 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	db := dbFlag(fs)
 	fs.StringVar(&c.dataDir, "data-dir", defaultDataDir, "directory of the default SQLite database")
-	fs.StringVar(&c.feed, "feed", "sim", "market feed: sim (a simulation), replay (recorded daily prices from --replay-dir, on a loop) or coingecko (CoinGecko's API)")
+	fs.StringVar(&c.feed, "feed", "sim", "market feed: sim (a simulation), replay (recorded daily prices from --replay-dir, on a loop), coingecko (CoinGecko's API) or binance (Binance's spot prices of the bundled real coins)")
 	fs.StringVar(&c.replayDir, "replay-dir", "", "directory of the recording the replay feed plays: coinlist.csv and coins/<id>.csv, as ../shared/datasets/coingecko-2021")
 	fs.StringVar(&c.coingecko.BaseURL, "coingecko-url", coingecko.DefaultURL, "root of CoinGecko's API (a paid plan's: https://pro-api.coingecko.com/api/v3)")
 	fs.StringVar(&c.coingeckoKeyFile, "coingecko-key-file", "", "file holding the CoinGecko API key (sent as x-cg-pro-api-key to pro-api.coingecko.com, else as x-cg-demo-api-key); none: no key")
 	fs.IntVar(&c.coingecko.Coins, "coingecko-coins", coingecko.DefaultCoins, "how many of the largest coins by market cap the coingecko feed serves (1 to 5000)")
 	fs.IntVar(&c.coingecko.CallsPerMinute, "coingecko-rate", coingecko.DefaultCallsPerMinute, "calls a minute the coingecko feed makes at most (a little under your CoinGecko plan's rate: 30 for a free demo key)")
 	fs.IntVar(&c.coingecko.HistoryDays, "coingecko-history-days", coingecko.DefaultHistoryDays, "days of daily history the coingecko feed fetches at a first start (92 to 7320; a free key reaches 365)")
+	fs.StringVar(&c.binance.BaseURL, "binance-url", binance.DefaultURL, "root of Binance's API (Binance.US: https://api.binance.us)")
+	fs.StringVar(&c.binance.Quote, "binance-quote", "USDT", "the quote asset the binance feed prices coins in, served as USD")
+	fs.IntVar(&c.binance.CallsPerMinute, "binance-rate", binance.DefaultCallsPerMinute, "calls a minute the binance feed makes at most (1 to 6000)")
+	fs.IntVar(&c.binance.HistoryDays, "binance-history-days", binance.DefaultHistoryDays, "days of daily history the binance feed fetches at a first start (92 to 7320)")
 	fs.DurationVar(&c.refresh, "refresh", time.Minute, "time between price refreshes (a Go duration such as 1s)")
 	fs.Int64Var(&c.seed, "seed", 1, "seed of the simulated feed")
 	fs.IntVar(&c.simCoins, "sim-coins", sim.MinCoins, "size of the simulated universe (real coins topped up with synthetic sim- coins; 1000 to 100000)")
@@ -121,8 +127,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	given := map[string]bool{} // on the command line or by the environment
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	switch {
-	case c.feed != "sim" && c.feed != "replay" && c.feed != "coingecko":
-		return c, fmt.Errorf("--feed %q: sim, replay or coingecko (binance is not available in this version)", c.feed)
+	case c.feed != "sim" && c.feed != "replay" && c.feed != "coingecko" && c.feed != "binance":
+		return c, fmt.Errorf("--feed %q: sim, replay, coingecko or binance", c.feed)
 	case c.feed == "replay" && c.replayDir == "":
 		return c, errors.New("--feed replay needs --replay-dir: the directory of the recording to play (coinlist.csv and coins/<id>.csv)")
 	case c.feed != "replay" && c.replayDir != "":
@@ -133,6 +139,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, fmt.Errorf("--sim-coins is for --feed sim; the feed is %s", c.feed)
 	case c.feed != "coingecko" && givenAny(given, "coingecko-url", "coingecko-key-file", "coingecko-coins", "coingecko-rate", "coingecko-history-days") != "":
 		return c, fmt.Errorf("--%s is for --feed coingecko; the feed is %s", givenAny(given, "coingecko-url", "coingecko-key-file", "coingecko-coins", "coingecko-rate", "coingecko-history-days"), c.feed)
+	case c.feed != "binance" && givenAny(given, "binance-url", "binance-quote", "binance-rate", "binance-history-days") != "":
+		return c, fmt.Errorf("--%s is for --feed binance; the feed is %s", givenAny(given, "binance-url", "binance-quote", "binance-rate", "binance-history-days"), c.feed)
 	case c.refresh < 100*time.Millisecond:
 		return c, fmt.Errorf("--refresh %s: must be at least 100ms", c.refresh)
 	case c.refresh > 24*time.Hour:
@@ -202,6 +210,20 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	if c.feed == "coingecko" {
 		if err := c.checkCoinGecko(); err != nil {
 			return c, err
+		}
+	}
+	if c.feed == "binance" {
+		if err := c.binance.Validate(); err != nil {
+			var be *binance.ConfigError
+			errors.As(err, &be)
+			flag := map[string]string{"BaseURL": "--binance-url", "Quote": "--binance-quote", "CallsPerMinute": "--binance-rate", "HistoryDays": "--binance-history-days"}[be.Field]
+			return c, fmt.Errorf("%s: %w", flag, err)
+		}
+		// Every refresh is one call of every pair's tickers, which Binance
+		// weighs 80 of the 6,000 an address may spend a minute: refreshes
+		// may take half of it, the backfill's candles (2 each) the rest.
+		if w := binance.TickerWeight * float64(time.Minute) / float64(c.refresh); w > 3000 {
+			return c, fmt.Errorf("--refresh %s: Binance weighs a refresh %d of the 6,000 an address may spend a minute, %.0f a minute at this refresh; at least %s", c.refresh, binance.TickerWeight, w, time.Duration(binance.TickerWeight*float64(time.Minute)/3000).Round(100*time.Millisecond))
 		}
 	}
 	if c.smtpPasswordFile != "" {
@@ -589,6 +611,17 @@ func (c *serveConfig) checkCoinGecko() error {
 // newFeed opens the market feed cfg names, and logs that its figures are
 // not the market's of the moment.
 func newFeed(cfg serveConfig, log *slog.Logger) (coinpulse.Feed, error) {
+	if cfg.feed == "binance" {
+		bc := cfg.binance
+		bc.Log = log
+		f, err := binance.New(bc)
+		if err != nil {
+			return nil, err
+		}
+		log.Info("market data from Binance", "url", bc.BaseURL, "quote", bc.Quote, "calls_a_minute", bc.CallsPerMinute,
+			"note", "the bundled real coins that trade against the quote asset; market caps are Binance's price times the bundled circulating supply")
+		return f, nil
+	}
 	if cfg.feed == "coingecko" {
 		cg := cfg.coingecko
 		cg.Log = log

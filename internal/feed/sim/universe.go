@@ -305,3 +305,19 @@ func numbered(stem, sep string, taken map[string]bool, next map[string]int) stri
 		}
 	}
 }
+
+// RealCoins returns the bundled real coins' info (CoinGecko-style ids,
+// symbols, names and supplies as of late 2025), in universe.csv's order,
+// largest first: for a feed that prices real coins but knows no more of
+// them than their ticker symbol (binance).
+func RealCoins() ([]coinpulse.CoinInfo, error) {
+	coins, err := parseUniverse(universeCSV)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]coinpulse.CoinInfo, len(coins))
+	for i, c := range coins {
+		out[i] = c.info
+	}
+	return out, nil
+}
