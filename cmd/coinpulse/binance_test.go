@@ -62,7 +62,9 @@ func TestServeBinanceRefusals(t *testing.T) {
 	refusals(t, []refusal{
 		{[]string{"--binance-rate", "5"}, "--binance-rate is for --feed binance; the feed is sim"},
 		{[]string{"--feed", "binance", "--binance-quote", "usdt"}, `--binance-quote: quote asset "usdt"`},
-		{[]string{"--feed", "binance", "--binance-rate", "0"}, "--binance-rate: calls a minute 0: 1 to 6000"},
+		{[]string{"--feed", "binance", "--binance-quote", "BTC"}, `--binance-quote: quote asset "BTC": one of USDT, USDC, FDUSD, TUSD, USDP, DAI, USD, whose prices are served as USD`},
+		{[]string{"--feed", "binance", "--binance-rate", "0"}, "--binance-rate: calls a minute 0: 1 to 2500"},
+		{[]string{"--feed", "binance", "--binance-rate", "2500", "--refresh", "2s"}, "--binance-rate 2500: with --refresh 2s, up to 7400 of the 6,000 request weight"},
 		{[]string{"--feed", "binance", "--binance-history-days", "7321"}, "--binance-history-days: history days 7321"},
 		{[]string{"--feed", "binance", "--binance-url", "ftp://x"}, "--binance-url: URL"},
 		{[]string{"--feed", "binance", "--refresh", "1s"}, "--refresh 1s: Binance weighs a refresh 80 of the 6,000 an address may spend a minute, 4800 a minute at this refresh; at least 1.6s"},

@@ -225,6 +225,9 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		if w := binance.TickerWeight * float64(time.Minute) / float64(c.refresh); w > 3000 {
 			return c, fmt.Errorf("--refresh %s: Binance weighs a refresh %d of the 6,000 an address may spend a minute, %.0f a minute at this refresh; at least %s", c.refresh, binance.TickerWeight, w, time.Duration(binance.TickerWeight*float64(time.Minute)/3000).Round(100*time.Millisecond))
 		}
+		if w := binance.TickerWeight*float64(time.Minute)/float64(c.refresh) + binance.KlineWeight*float64(c.binance.CallsPerMinute); w > binance.WeightPerMinute {
+			return c, fmt.Errorf("--binance-rate %d: with --refresh %s, up to %.0f of the 6,000 request weight an address may spend a minute (a candle call weighs %d, a refresh %d); lower the rate", c.binance.CallsPerMinute, c.refresh, w, binance.KlineWeight, binance.TickerWeight)
+		}
 	}
 	if c.smtpPasswordFile != "" {
 		pw, err := notify.ReadPasswordFile(c.smtpPasswordFile)

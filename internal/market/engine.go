@@ -453,7 +453,10 @@ func (e *Engine) rollup(ctx context.Context, now time.Time) error {
 		var hourly, daily []coinpulse.Series
 		for _, id := range e.order {
 			c := e.coins[id]
-			if !c.HasQuote {
+			// A coin the feed stopped quoting (a pair delisted since the
+			// start) gets no point from a quote more than an hour old:
+			// its history stops rather than repeat a frozen price.
+			if !c.HasQuote || c.Updated.Before(hour.Add(-time.Hour)) {
 				continue
 			}
 			p := coinpulse.HistoryPoint{Timestamp: hour, Price: c.Price, MarketCap: c.MarketCap, TotalVolume: c.Volume}

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1180,5 +1181,40 @@ func TestEngineQuotedRollup(t *testing.T) {
 	samePoints(t, "hours after a skipped one", feedHistory(t, feed.Feed, "bitcoin", coinpulse.Hourly, h.Add(time.Hour), h.Add(2*time.Hour)), got)
 	if calls := feed.take(); len(calls) == 0 {
 		t.Error("a skipped hour was not filled from History")
+	}
+}
+
+// droppingFeed is quotedFeed that stops quoting one coin, as a pair
+// delisted since the start.
+type droppingFeed struct {
+	quotedFeed
+	drop string
+}
+
+func (d droppingFeed) Quotes(ctx context.Context, now time.Time) ([]coinpulse.Quote, error) {
+	q, err := d.quotedFeed.Quotes(ctx, now)
+	return slices.DeleteFunc(q, func(x coinpulse.Quote) bool { return x.CoinID == d.drop }), err
+}
+
+// A coin the feed stopped quoting gets no hourly point from a quote more
+// than an hour old.
+func TestEngineStaleQuoteNotRolledUp(t *testing.T) {
+	t.Parallel()
+	store := openStore(t, loadedStore(t))
+	clock := &fakeClock{t: start}
+	feed := droppingFeed{quotedFeed{newSpy(t, 1)}, "bitcoin"}
+	e := New(Config{Feed: feed, Store: store, Clock: clock.Now, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Refresh: time.Millisecond})
+	if err := e.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	env := engineEnv{engine: e, feed: feed.spyFeed, store: store, clock: clock}
+	h := start.Truncate(time.Hour)
+	env.tick(t, h.Add(time.Hour))   // bitcoin's last quote is of 12:34:56, within the hour before 13:00
+	env.tick(t, h.Add(2*time.Hour)) // more than an hour before 14:00
+	if got := timestamps(storedHistory(t, store, "bitcoin", coinpulse.Hourly, h.Add(time.Hour), h.Add(2*time.Hour))); len(got) != 1 || !got[0].Equal(h.Add(time.Hour)) {
+		t.Errorf("bitcoin's points after its quotes stopped: %v, want 13:00 only", got)
+	}
+	if got := storedHistory(t, store, "ethereum", coinpulse.Hourly, h.Add(2*time.Hour), h.Add(2*time.Hour)); len(got) != 1 {
+		t.Errorf("ethereum's point at 14:00: %v", got)
 	}
 }

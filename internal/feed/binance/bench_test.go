@@ -43,8 +43,8 @@ func BenchmarkParseKlines(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if ks, err := ParseKlines(body); err != nil || len(ks) != 1000 {
-			b.Fatal(err, len(ks))
+		if pg, err := ParseKlines(body); err != nil || len(pg.Klines) != 1000 {
+			b.Fatal(err, len(pg.Klines))
 		}
 	}
 }

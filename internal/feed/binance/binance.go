@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,14 +38,18 @@ const DefaultURL = "https://api.binance.com"
 // Defaults and bounds of Config.
 const (
 	DefaultCallsPerMinute = 600 // Binance allows 6,000 request weight a minute; a candle call weighs 2, the tickers 80
+	MaxCallsPerMinute     = 2500
 	DefaultHistoryDays    = 365
 	MinHistoryDays        = 92
 	MaxHistoryDays        = 20 * 366
 	// perCall is the most candles a call answers.
 	perCall = 1000
-	// TickerWeight is what Binance counts a call of every pair's 24 h
-	// tickers against an address's 6,000 a minute.
-	TickerWeight = 80
+	// WeightPerMinute is the request weight Binance lets an address
+	// spend a minute; TickerWeight is what it counts a call of every
+	// pair's 24 h tickers, KlineWeight a call of candles.
+	WeightPerMinute = 6000
+	TickerWeight    = 80
+	KlineWeight     = 2
 )
 
 // version versions the way figures are derived: the engine's saved state
@@ -102,26 +107,40 @@ func (cfg Config) Validate() error {
 	switch {
 	case err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "":
 		return &ConfigError{"BaseURL", fmt.Sprintf("URL %q: want http(s)://host, such as %s", cfg.BaseURL, DefaultURL)}
-	case !validAsset(cfg.Quote):
-		return &ConfigError{"Quote", fmt.Sprintf("quote asset %q: 2 to 10 upper-case letters or digits, such as USDT", cfg.Quote)}
-	case cfg.CallsPerMinute < 1 || cfg.CallsPerMinute > 6000:
-		return &ConfigError{"CallsPerMinute", fmt.Sprintf("calls a minute %d: 1 to 6000", cfg.CallsPerMinute)}
+	case !slices.Contains(USDQuotes, cfg.Quote):
+		return &ConfigError{"Quote", fmt.Sprintf("quote asset %q: one of %s, whose prices are served as USD", cfg.Quote, strings.Join(USDQuotes, ", "))}
+	case cfg.CallsPerMinute < 1 || cfg.CallsPerMinute > MaxCallsPerMinute:
+		return &ConfigError{"CallsPerMinute", fmt.Sprintf("calls a minute %d: 1 to %d (a candle call weighs 2 of the 6,000 an address may spend a minute)", cfg.CallsPerMinute, MaxCallsPerMinute)}
 	case cfg.HistoryDays < MinHistoryDays || cfg.HistoryDays > MaxHistoryDays:
 		return &ConfigError{"HistoryDays", fmt.Sprintf("history days %d: %d to %d", cfg.HistoryDays, MinHistoryDays, MaxHistoryDays)}
 	}
 	return nil
 }
 
-func validAsset(s string) bool {
-	if len(s) < 2 || len(s) > 10 {
-		return false
+// USDQuotes are the quote assets whose prices can be served as USD: the
+// dollar (Binance.US) and dollar stablecoins.
+var USDQuotes = []string{"USDT", "USDC", "FDUSD", "TUSD", "USDP", "DAI", "USD"}
+
+// renamed maps the bundled coins that trade on Binance under another ticker
+// than their symbol: the pair's base asset, and how many tokens one unit
+// of it is (Binance quotes Baby Doge per million).
+var renamed = map[string]struct {
+	base string
+	per  float64
+}{
+	"ronin":          {"RONIN", 1},
+	"beam-2":         {"BEAMX", 1},
+	"bittorrent":     {"BTTC", 1},
+	"baby-doge-coin": {"1MBABYDOGE", 1e6},
+}
+
+// pairOf returns the base asset of coin c's pair and the tokens a unit of
+// it is.
+func pairOf(c coinpulse.CoinInfo) (string, float64) {
+	if r, ok := renamed[c.ID]; ok {
+		return r.base, r.per
 	}
-	for _, c := range []byte(s) {
-		if !('A' <= c && c <= 'Z' || '0' <= c && c <= '9') {
-			return false
-		}
-	}
-	return true
+	return strings.ToUpper(c.Symbol), 1
 }
 
 // Feed reads Binance. Its methods are safe for concurrent use.
@@ -133,10 +152,19 @@ type Feed struct {
 	log         *slog.Logger
 	known       []coinpulse.CoinInfo // the bundled real coins
 
+	base string // the API's host, for String
+
 	mu       sync.Mutex
-	listedAt time.Time         // where history begins: HistoryDays before the day of the last Universe
-	pairs    map[string]string // pair ("BTCUSDT") → coin id, for the coins served
-	supply   map[string]float64
+	listedAt time.Time        // where history begins at the earliest: HistoryDays before the day of the last Universe
+	pairs    map[string]*pair // pair ("BTCUSDT") → the coin it prices, for the coins served
+	byID     map[string]*pair
+}
+
+// pair is a coin served and the pair that prices it.
+type pair struct {
+	id, symbol string
+	per        float64 // tokens a unit of the pair's base asset is
+	supply     float64 // circulating
 }
 
 var _ coinpulse.Feed = (*Feed)(nil)
@@ -158,6 +186,7 @@ func New(cfg Config) (*Feed, error) {
 			RetryBase: cfg.RetryBase, Attempts: cfg.Attempts, HTTP: cfg.HTTP, Log: cfg.Log, Message: apiError,
 		}),
 		quote: cfg.Quote, historyDays: cfg.HistoryDays, now: cfg.Clock, log: cfg.Log, known: known,
+		base: strings.TrimSuffix(cfg.BaseURL, "/"),
 	}, nil
 }
 
@@ -169,7 +198,9 @@ func (f *Feed) Simulated() bool { return false }
 
 // String identifies the way figures are derived, for the engine's saved
 // state.
-func (f *Feed) String() string { return "binance/v" + strconv.Itoa(version) + "(" + f.quote + ")" }
+func (f *Feed) String() string {
+	return "binance/v" + strconv.Itoa(version) + "(" + f.quote + " at " + f.base + ")"
+}
 
 // RollupFromQuotes: History is a call a coin (see coinpulse.QuotedRollup).
 func (f *Feed) RollupFromQuotes() bool { return true }
@@ -193,7 +224,8 @@ func (f *Feed) tickers(ctx context.Context) ([]Ticker, error) {
 // Universe returns the bundled real coins that trade against the quote
 // asset now, in the bundled order (largest first). A symbol shared by
 // several bundled coins is the largest one's. A pair whose last trade is
-// over a day old is not trading.
+// over a day old is not trading. A coin's history begins at its bundled
+// listing, or HistoryDays ago if that is later.
 func (f *Feed) Universe(ctx context.Context) ([]coinpulse.CoinInfo, error) {
 	ts, err := f.tickers(ctx)
 	if err != nil {
@@ -208,28 +240,33 @@ func (f *Feed) Universe(ctx context.Context) ([]coinpulse.CoinInfo, error) {
 	}
 	listedAt := now.UTC().Truncate(day).Add(-time.Duration(f.historyDays) * day)
 	var out []coinpulse.CoinInfo
-	pairs, supply := map[string]string{}, map[string]float64{}
+	pairs, byID := map[string]*pair{}, map[string]*pair{}
 	for _, c := range f.known {
-		pair := strings.ToUpper(c.Symbol) + f.quote
-		if _, taken := pairs[pair]; taken || !live[pair] {
+		base, per := pairOf(c)
+		symbol := base + f.quote
+		if _, taken := pairs[symbol]; taken || !live[symbol] {
 			continue
 		}
-		pairs[pair], supply[c.ID] = c.ID, c.CirculatingSupply
-		c.ListedAt = listedAt
+		p := &pair{id: c.ID, symbol: symbol, per: per, supply: c.CirculatingSupply}
+		pairs[symbol], byID[c.ID] = p, p
+		if c.ListedAt.Before(listedAt) {
+			c.ListedAt = listedAt
+		} else {
+			c.ListedAt = c.ListedAt.UTC().Truncate(day).Add(day) // its first whole day
+		}
 		out = append(out, c)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("GET /api/v3/ticker/24hr: no bundled coin trades against %s", f.quote)
 	}
 	f.mu.Lock()
-	f.listedAt, f.pairs, f.supply = listedAt, pairs, supply
+	f.listedAt, f.pairs, f.byID = listedAt, pairs, byID
 	f.mu.Unlock()
 	return out, nil
 }
 
 // Quotes returns the latest price and 24 h volume of every coin served
-// whose pair still trades; a coin whose pair does not keeps its last
-// quote.
+// whose pair still trades; a coin whose pair does not has none.
 func (f *Feed) Quotes(ctx context.Context, now time.Time) ([]coinpulse.Quote, error) {
 	ts, err := f.tickers(ctx)
 	if err != nil {
@@ -240,11 +277,11 @@ func (f *Feed) Quotes(ctx context.Context, now time.Time) ([]coinpulse.Quote, er
 	f.mu.Unlock()
 	out := make([]coinpulse.Quote, 0, len(pairs))
 	for _, t := range ts {
-		id, ok := pairs[t.Symbol]
+		p, ok := pairs[t.Symbol]
 		if !ok || t.LastPrice == 0 || now.Sub(t.CloseTime) >= day {
 			continue
 		}
-		q := coinpulse.Quote{CoinID: id, Price: t.LastPrice, TotalVolume: t.QuoteVolume, Time: now}
+		q := coinpulse.Quote{CoinID: p.id, Price: t.LastPrice / p.per, TotalVolume: t.QuoteVolume, Time: now}
 		if !t.CloseTime.After(now) {
 			q.Time = t.CloseTime
 		}
@@ -254,49 +291,61 @@ func (f *Feed) Quotes(ctx context.Context, now time.Time) ([]coinpulse.Quote, er
 }
 
 // History returns a coin's points at interval in [from, to]: the opening
-// price of the candle opening on each grid point, with the quote volume
-// of the 24 hours before it (the day's candle before it, or the 24 hourly
-// ones) and a market cap of price × circulating supply.
+// price of the candle opening on each grid point (a missing candle is
+// interpolated between its neighbours, or left out past one step), with
+// the quote volume of the candles of the 24 hours before it and a market
+// cap of price × circulating supply.
 func (f *Feed) History(ctx context.Context, coin coinpulse.CoinInfo, interval coinpulse.Interval, from, to time.Time) ([]coinpulse.HistoryPoint, error) {
 	f.mu.Lock()
-	listedAt, supply := f.listedAt, f.supply[coin.ID]
-	f.mu.Unlock()
-	step := interval.Step()
-	if from.Before(listedAt) {
-		from = listedAt
+	p := f.byID[coin.ID]
+	if from.Before(f.listedAt) {
+		from = f.listedAt
 	}
-	from = from.UTC().Truncate(step)
+	f.mu.Unlock()
+	if p == nil {
+		return nil, nil
+	}
+	step := interval.Step()
+	if g := from.UTC().Truncate(step); g.Before(from) {
+		from = g.Add(step)
+	}
 	if to.Before(from) {
 		return nil, nil
 	}
-	// The volume of the 24 hours before the first point: a day more.
-	ks, err := f.klines(ctx, strings.ToUpper(coin.Symbol)+f.quote, interval, from.Add(-day), to)
+	// The volume of the 24 hours before the first point: a day more;
+	// and a step after the last, to interpolate over a missing candle.
+	ks, err := f.klines(ctx, p.symbol, interval, from.Add(-day), to.Add(step))
 	if err != nil {
 		return nil, err
 	}
-	perDay := int(day / step)
-	var out []coinpulse.HistoryPoint
+	samples := make([]upstream.Sample, len(ks))
 	for i, k := range ks {
-		t := time.UnixMilli(k.Open).UTC()
-		if t.Before(from) || t.After(to) || !t.Equal(t.Truncate(step)) {
-			continue
-		}
-		// The candles of the day before t, if they are all there.
-		var vol float64
-		if j := i - perDay; j >= 0 && ks[j].Open == k.Open-day.Milliseconds() {
-			for _, x := range ks[j:i] {
-				vol += x.QuoteVolume
-			}
-		}
-		out = append(out, coinpulse.HistoryPoint{Timestamp: t, Price: k.OpenPrice, MarketCap: k.OpenPrice * supply, TotalVolume: vol})
+		samples[i] = upstream.Sample{T: k.Open, Price: k.OpenPrice / p.per}
 	}
-	return out, nil
+	pts := upstream.Resample(samples, step, from, to)
+	// Each point's volume: the candles opening in [t − 24 h, t).
+	lo, hi, vol := 0, 0, 0.0
+	for i := range pts {
+		t := pts[i].Timestamp.UnixMilli()
+		for ; hi < len(ks) && ks[hi].Open < t; hi++ {
+			vol += ks[hi].QuoteVolume
+		}
+		for ; lo < hi && ks[lo].Open < t-day.Milliseconds(); lo++ {
+			vol -= ks[lo].QuoteVolume
+		}
+		pts[i].TotalVolume = max(vol, 0)
+		pts[i].MarketCap = pts[i].Price * p.supply
+	}
+	return pts, nil
 }
 
 // klines fetches a pair's candles opening in [from, to], 1,000 a call.
 // A pair Binance does not know (delisted since Universe) has none.
 func (f *Feed) klines(ctx context.Context, pair string, interval coinpulse.Interval, from, to time.Time) ([]Kline, error) {
-	iv := map[coinpulse.Interval]string{coinpulse.Hourly: "1h", coinpulse.Daily: "1d"}[interval]
+	iv := "1h"
+	if interval == coinpulse.Daily {
+		iv = "1d"
+	}
 	var out []Kline
 	for start := from.UnixMilli(); start <= to.UnixMilli(); {
 		q := url.Values{"symbol": {pair}, "interval": {iv}, "startTime": {strconv.FormatInt(start, 10)},
@@ -312,15 +361,15 @@ func (f *Feed) klines(ctx context.Context, pair string, interval coinpulse.Inter
 		if err != nil {
 			return nil, fmt.Errorf("GET /api/v3/klines %s: %w", pair, err)
 		}
-		ks := page
+		ks := page.Klines
 		for len(out) > 0 && len(ks) > 0 && ks[0].Open <= out[len(out)-1].Open {
 			ks = ks[1:]
 		}
 		out = append(out, ks...)
-		if len(page) < perCall || len(ks) == 0 {
+		if page.Sent < perCall || page.LastOpen < start {
 			break
 		}
-		start = page[len(page)-1].Open + 1
+		start = page.LastOpen + 1
 	}
 	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -84,7 +85,7 @@ func TestHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := from.Truncate(time.Hour)
+	first := from.Truncate(time.Hour).Add(time.Hour) // from is off the grid
 	if len(pts) != int(now.Sub(first)/time.Hour)+1 || !pts[0].Timestamp.Equal(first) {
 		t.Fatalf("%d points from %v", len(pts), pts[0].Timestamp)
 	}
@@ -121,7 +122,7 @@ func TestRefusals(t *testing.T) {
 	if _, err := f.Universe(context.Background()); err != nil || time.Since(start) < time.Second {
 		t.Errorf("a 429 waited out in %s: %v", time.Since(start), err)
 	}
-	_, err := f.klines(context.Background(), "BTCUSDT", coinpulse.Interval("weekly"), time.Now().Add(-time.Hour), time.Now())
+	_, err := f.c.Get(context.Background(), "/api/v3/klines", url.Values{"symbol": {"BTCUSDT"}, "interval": {"1w"}})
 	var se *upstream.StatusError
 	if !errors.As(err, &se) || se.Status != 400 || !strings.Contains(err.Error(), "Illegal characters found in a parameter. (code -1100)") {
 		t.Errorf("%v", err)
@@ -131,8 +132,9 @@ func TestRefusals(t *testing.T) {
 		want string
 	}{
 		{Config{BaseURL: "api.binance.com"}, "want http(s)://host"},
-		{Config{Quote: "usdt"}, `quote asset "usdt"`},
-		{Config{CallsPerMinute: 7000}, "calls a minute 7000: 1 to 6000"},
+		{Config{Quote: "usdt"}, `quote asset "usdt": one of USDT, USDC`},
+		{Config{Quote: "BTC"}, `quote asset "BTC": one of`},
+		{Config{CallsPerMinute: 2501}, "calls a minute 2501: 1 to 2500"},
 		{Config{HistoryDays: 10}, "history days 10: 92 to"},
 	} {
 		if _, err := New(tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -152,7 +154,7 @@ func TestParse(t *testing.T) {
 		[1764288000000,"9","2","1","1.7","10",1764291599999,"15.5",3,"0","0","0"],[1764291600000,"0","2"],[1764291600000,"0","2","1","1.7","10",0,"x",3],
 		[1764291600000.5,"1","2","1","1.7","10",0,"1",3],["a","1","2","1","1.7","10",0,"1",3],[1764295200000,"2","2","1","1.7","10",0,"NaN",3]]`))
 	want := []Kline{{1764288000000, 1.5, 15.5}, {1764295200000, 2, 0}}
-	if err != nil || !slices.Equal(ks, want) {
+	if err != nil || !slices.Equal(ks.Klines, want) || ks.Sent != 7 || ks.LastOpen != 1764295200000 {
 		t.Errorf("%v %+v", err, ks)
 	}
 	for _, bad := range []string{``, `{}`, `[1]`} {
@@ -165,5 +167,67 @@ func TestParse(t *testing.T) {
 	}
 	if m := apiError([]byte(`{"code":-1121,"msg":"Invalid symbol."}`)); m != "Invalid symbol. (code -1121)" {
 		t.Errorf("%q", m)
+	}
+}
+
+// A candle missing from Binance's answer is interpolated over, and the
+// volumes about it count the candles there are; a candle left out as
+// unreadable does not end the paging.
+func TestHistoryHoles(t *testing.T) {
+	up := bntest.Start(t, pairs)
+	f := newFeed(t, up, Config{})
+	u, _ := f.Universe(context.Background())
+	btc := u[0]
+	now := time.Now().UTC()
+	hole := now.Truncate(time.Hour).Add(-10 * time.Hour)
+	up.Drop("BTCUSDT", hole)
+	up.Zero("BTCUSDT", now.Truncate(time.Hour).Add(-60*24*time.Hour)) // in the first page
+	from := now.Add(-90 * 24 * time.Hour)
+	pts, err := f.History(context.Background(), btc, coinpulse.Hourly, from, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := from.Truncate(time.Hour).Add(time.Hour)
+	if want := int(now.Sub(first)/time.Hour) + 1; len(pts) != want {
+		t.Fatalf("%d points, want %d: the last at %v", len(pts), want, pts[len(pts)-1].Timestamp)
+	}
+	for i, p := range pts {
+		if at := first.Add(time.Duration(i) * time.Hour); !p.Timestamp.Equal(at) || p.TotalVolume == 0 || math.Abs(p.Price/bntest.Price(pairs[0], at)-1) > 0.01 {
+			t.Fatalf("point %d: %+v", i, p)
+		}
+	}
+	// The volume of the hour after the hole: 23 candles.
+	after := pts[len(pts)-1-int(now.Sub(hole.Add(time.Hour))/time.Hour)]
+	var want float64
+	for h := after.Timestamp.Add(-24 * time.Hour); h.Before(after.Timestamp); h = h.Add(time.Hour) {
+		if !h.Equal(hole) {
+			want += bntest.QuoteVolume(pairs[0], h, time.Hour)
+		}
+	}
+	if !after.Timestamp.Equal(hole.Add(time.Hour)) || !near(after.TotalVolume, want) {
+		t.Errorf("after the hole: %+v, want volume %v", after, want)
+	}
+}
+
+// Coins Binance lists under another ticker are priced by it, per token.
+func TestRenamedPairs(t *testing.T) {
+	up := bntest.Start(t, []bntest.Pair{{Symbol: "RONINUSDT", Price: 0.25}, {Symbol: "1MBABYDOGEUSDT", Price: 0.0009}, {Symbol: "BTCUSDT", Price: 90000}})
+	f := newFeed(t, up, Config{})
+	u, err := f.Universe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, c := range u {
+		ids = append(ids, c.ID)
+	}
+	if !slices.Equal(ids, []string{"bitcoin", "ronin", "baby-doge-coin"}) {
+		t.Fatalf("%v", ids)
+	}
+	q, _ := f.Quotes(context.Background(), time.Now())
+	for _, x := range q {
+		if x.CoinID == "baby-doge-coin" && (x.Price > 1e-8 || x.Price < 1e-10) {
+			t.Errorf("baby doge at %v a token", x.Price)
+		}
 	}
 }

@@ -32,7 +32,8 @@ func FuzzParseKlines(f *testing.F) {
 	f.Add(`[[1764288000000,"9"],[1764291600000.5,"1","2","1","1.7","10",0,"1",3],["a"],[]]`)
 	f.Add(`[]`)
 	f.Fuzz(func(t *testing.T, in string) {
-		ks, err := ParseKlines([]byte(in))
+		pg, err := ParseKlines([]byte(in))
+		ks := pg.Klines
 		if err != nil {
 			if err.Error() == "" {
 				t.Fatal("an empty message")

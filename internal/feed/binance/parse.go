@@ -100,16 +100,33 @@ type Kline struct {
 	QuoteVolume float64
 }
 
+// Page is an answer of GET /api/v3/klines: the candles read, and how
+// many Binance sent and the last one's opening time, which decide whether
+// and where the next page starts (a candle left out must not end the
+// paging).
+type Page struct {
+	Klines   []Kline
+	Sent     int
+	LastOpen int64 // 0 when the last candle's opening time is unreadable
+}
+
 // ParseKlines reads an answer of GET /api/v3/klines: an array of
 // [openTime, open, high, low, close, volume, closeTime, quoteVolume, …].
 // A candle of another shape, or of unknown opening price, is left out;
 // the rest are returned by opening time, one per time.
-func ParseKlines(body []byte) ([]Kline, error) {
+func ParseKlines(body []byte) (Page, error) {
 	var raw [][]json.RawMessage
 	if err := json.Unmarshal(body, &raw); err != nil {
-		return nil, fmt.Errorf("want a JSON array of candles: %w", err)
+		return Page{}, fmt.Errorf("want a JSON array of candles: %w", err)
 	}
 	out := make([]Kline, 0, len(raw))
+	var last int64
+	if n := len(raw); n > 0 && len(raw[n-1]) > 0 {
+		var open float64
+		if json.Unmarshal(raw[n-1][0], &open) == nil && open == math.Trunc(open) && open >= float64(minMillis) && open <= float64(maxMillis) {
+			last = int64(open)
+		}
+	}
 	for _, r := range raw {
 		if len(r) < 8 {
 			continue
@@ -128,7 +145,7 @@ func ParseKlines(body []byte) ([]Kline, error) {
 		}
 		out = append(out, k)
 	}
-	return out, nil
+	return Page{Klines: out, Sent: len(raw), LastOpen: last}, nil
 }
 
 // apiError reads Binance's message out of an error answer:

@@ -179,7 +179,12 @@ func (c *Client) Get(ctx context.Context, path string, q url.Values) ([]byte, er
 		switch {
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
-		case errors.As(err, &se) && (se.Status == http.StatusTooManyRequests || se.Status == http.StatusTeapot):
+		case errors.As(err, &se) && se.Status == http.StatusTeapot:
+			// Banned: no call until the ban ends, this one included.
+			c.log.Error(c.name+": banned for calling on after rate limits (418); no call until it ends", "retry_after", retryAfter, "message", se.Message)
+			c.holdOff(retryAfter)
+			return nil, err
+		case errors.As(err, &se) && se.Status == http.StatusTooManyRequests:
 			c.log.Warn(c.name+": rate limited (429); waiting", "retry_after", retryAfter, "calls_a_minute", int(time.Minute/c.interval), "message", se.Message)
 			c.holdOff(retryAfter)
 		case errors.As(err, &se) && se.Status < 500:
@@ -190,7 +195,9 @@ func (c *Client) Get(ctx context.Context, path string, q url.Values) ([]byte, er
 }
 
 // do makes one call. retryAfter is what a 429 asks to wait (a minute when
-// it does not say: CoinGecko's rate is per minute).
+// it does not say: the APIs' rates are per minute; 5 minutes at most), or
+// a 418 (Binance's ban of a client that went on after its 429s: up to 3
+// days, as it says).
 func (c *Client) do(ctx context.Context, u string) (body []byte, retryAfter time.Duration, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
@@ -216,12 +223,10 @@ func (c *Client) do(ctx context.Context, u string) (body []byte, retryAfter time
 		return body, 0, nil
 	}
 	se := &StatusError{URL: u, Status: res.StatusCode, Message: c.message(body)}
-	// 418 is Binance's ban of a client that went on after its 429s: wait
-	// as it says, too.
-	if res.StatusCode == http.StatusTooManyRequests || res.StatusCode == http.StatusTeapot {
+	if most := map[int]int{http.StatusTooManyRequests: 300, http.StatusTeapot: 3 * 86400}[res.StatusCode]; most > 0 {
 		retryAfter = time.Minute
 		if s, err := strconv.Atoi(strings.TrimSpace(res.Header.Get("Retry-After"))); err == nil && s >= 0 {
-			retryAfter = time.Duration(min(s, 300)) * time.Second
+			retryAfter = time.Duration(min(s, most)) * time.Second
 		}
 	}
 	return nil, retryAfter, se

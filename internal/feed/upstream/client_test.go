@@ -20,3 +20,28 @@ func TestRetryAfterBounded(t *testing.T) {
 		t.Errorf("%v %v", wait, err)
 	}
 }
+
+// A 418 (banned) is not retried, and holds every call until it ends.
+func TestBanHoldsCalls(t *testing.T) {
+	calls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		w.Header().Set("Retry-After", "7200")
+		w.WriteHeader(418)
+	}))
+	defer srv.Close()
+	c := New(Config{BaseURL: srv.URL, HTTP: srv.Client(), CallsPerMinute: 60000, RetryBase: time.Millisecond})
+	if _, err := c.Get(context.Background(), "/x", nil); err == nil || calls != 1 {
+		t.Fatalf("%v after %d calls", err, calls)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Get(ctx, "/x", nil); err != context.DeadlineExceeded || calls != 1 {
+		t.Errorf("a call during the ban: %v, %d calls", err, calls)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if wait := time.Until(c.next); wait < 119*time.Minute {
+		t.Errorf("held for %s, want the 2 hours asked", wait)
+	}
+}

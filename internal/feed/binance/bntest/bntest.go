@@ -35,11 +35,12 @@ type Upstream struct {
 	pairs []Pair
 	calls map[string]int
 	many  int
+	odd   map[string]string // symbol and opening time (ms) → "drop" or "zero"
 }
 
 // Start serves pairs until the test ends.
 func Start(t testing.TB, pairs []Pair) *Upstream {
-	u := &Upstream{pairs: pairs, Now: time.Now, calls: map[string]int{}}
+	u := &Upstream{pairs: pairs, Now: time.Now, calls: map[string]int{}, odd: map[string]string{}}
 	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
 	t.Cleanup(u.srv.Close)
 	u.URL = u.srv.URL
@@ -58,6 +59,19 @@ func (u *Upstream) Calls(kind string) int {
 func (u *Upstream) TooMany(n int) {
 	u.mu.Lock()
 	u.many = n
+	u.mu.Unlock()
+}
+
+// Drop leaves out the pair's candle opening at t, as Binance's candles
+// have holes (maintenance, halts).
+func (u *Upstream) Drop(symbol string, t time.Time) { u.mark(symbol, t, "drop") }
+
+// Zero sends the pair's candle opening at t with an opening price of 0.
+func (u *Upstream) Zero(symbol string, t time.Time) { u.mark(symbol, t, "zero") }
+
+func (u *Upstream) mark(symbol string, t time.Time, how string) {
+	u.mu.Lock()
+	u.odd[symbol+"@"+strconv.FormatInt(t.UnixMilli(), 10)] = how
 	u.mu.Unlock()
 }
 
@@ -161,9 +175,19 @@ func (u *Upstream) klines(w http.ResponseWriter, r *http.Request, pairs []Pair, 
 		t = t.Add(step)
 	}
 	for ; t.UnixMilli() <= end && !t.After(now) && len(out) < limit; t = t.Add(step) {
+		u.mu.Lock()
+		how := u.odd[pair.Symbol+"@"+strconv.FormatInt(t.UnixMilli(), 10)]
+		u.mu.Unlock()
+		if how == "drop" {
+			continue
+		}
 		closeT := t.Add(step - time.Millisecond)
 		qv := QuoteVolume(*pair, t, step)
-		out = append(out, []any{t.UnixMilli(), dec(Price(*pair, t)), dec(pair.Price * 1.2), dec(pair.Price * 0.8), dec(Price(*pair, closeT)),
+		open := dec(Price(*pair, t))
+		if how == "zero" {
+			open = dec(0)
+		}
+		out = append(out, []any{t.UnixMilli(), open, dec(pair.Price * 1.2), dec(pair.Price * 0.8), dec(Price(*pair, closeT)),
 			dec(qv / pair.Price), closeT.UnixMilli(), dec(qv), 100, "0", "0", "0"})
 	}
 	writeJSON(w, 200, out)
