@@ -103,9 +103,8 @@ func (cfg Config) withDefaults() Config {
 
 // Validate checks cfg as it is, zeros included.
 func (cfg Config) Validate() error {
-	u, err := url.Parse(cfg.BaseURL)
 	switch {
-	case err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "":
+	case !upstream.ValidURL(cfg.BaseURL):
 		return &ConfigError{"BaseURL", fmt.Sprintf("URL %q: want http(s)://host, such as %s", cfg.BaseURL, DefaultURL)}
 	case !slices.Contains(USDQuotes, cfg.Quote):
 		return &ConfigError{"Quote", fmt.Sprintf("quote asset %q: one of %s, whose prices are served as USD", cfg.Quote, strings.Join(USDQuotes, ", "))}

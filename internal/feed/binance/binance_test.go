@@ -37,14 +37,7 @@ func newFeed(t *testing.T, up *bntest.Upstream, cfg Config) *Feed {
 func TestUniverseAndQuotes(t *testing.T) {
 	up := bntest.Start(t, pairs)
 	f := newFeed(t, up, Config{})
-	u, err := f.Universe(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, c := range u {
-		ids = append(ids, c.ID)
-	}
+	u, ids := universe(t, f)
 	// LUNA is halted (no trade for two days), ETHBTC not against USDT,
 	// NOTACOIN not bundled.
 	if !slices.Equal(ids, []string{"bitcoin", "ethereum", "ripple"}) {
@@ -213,14 +206,7 @@ func TestHistoryHoles(t *testing.T) {
 func TestRenamedPairs(t *testing.T) {
 	up := bntest.Start(t, []bntest.Pair{{Symbol: "RONINUSDT", Price: 0.25}, {Symbol: "1MBABYDOGEUSDT", Price: 0.0009}, {Symbol: "BTCUSDT", Price: 90000}})
 	f := newFeed(t, up, Config{})
-	u, err := f.Universe(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, c := range u {
-		ids = append(ids, c.ID)
-	}
+	_, ids := universe(t, f)
 	if !slices.Equal(ids, []string{"bitcoin", "ronin", "baby-doge-coin"}) {
 		t.Fatalf("%v", ids)
 	}
@@ -230,4 +216,18 @@ func TestRenamedPairs(t *testing.T) {
 			t.Errorf("baby doge at %v a token", x.Price)
 		}
 	}
+}
+
+// universe takes f's universe, and its ids.
+func universe(t *testing.T, f *Feed) ([]coinpulse.CoinInfo, []string) {
+	t.Helper()
+	u, err := f.Universe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, c := range u {
+		ids = append(ids, c.ID)
+	}
+	return u, ids
 }

@@ -144,9 +144,8 @@ func (cfg Config) withDefaults() Config {
 // Validate checks cfg as it is, zeros included (New fills them in
 // first): a *ConfigError names the field refused.
 func (cfg Config) Validate() error {
-	u, err := url.Parse(cfg.BaseURL)
 	switch {
-	case err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "":
+	case !upstream.ValidURL(cfg.BaseURL):
 		return &ConfigError{"BaseURL", fmt.Sprintf("URL %q: want http(s)://host/path, such as %s", cfg.BaseURL, DefaultURL)}
 	case cfg.Coins < 1 || cfg.Coins > MaxCoins:
 		return &ConfigError{"Coins", fmt.Sprintf("coins %d: 1 to %d", cfg.Coins, MaxCoins)}

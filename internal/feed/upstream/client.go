@@ -87,6 +87,13 @@ func New(cfg Config) *Client {
 	}
 }
 
+// ValidURL reports whether raw can be an API's root: http(s), a host, no
+// query or fragment.
+func ValidURL(raw string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && (u.Scheme == "https" || u.Scheme == "http") && u.Host != "" && u.RawQuery == "" && u.Fragment == ""
+}
+
 // Base returns the API's root, without a trailing "/".
 func (c *Client) Base() string { return c.base }
 
