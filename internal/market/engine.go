@@ -24,6 +24,9 @@ type Config struct {
 	MinMoverVolume float64
 	// Retain is how long snapshots stay reachable by id (default 5 min).
 	Retain time.Duration
+	// Progress is how often a long backfill logs how far it is (default
+	// 30 s).
+	Progress time.Duration
 }
 
 // HourlyWindow is how far back hourly history is kept.
@@ -73,6 +76,9 @@ func New(cfg Config) *Engine {
 	}
 	if cfg.Retain <= 0 {
 		cfg.Retain = 5 * time.Minute
+	}
+	if cfg.Progress <= 0 {
+		cfg.Progress = 30 * time.Second
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
@@ -332,7 +338,8 @@ func (e *Engine) backfill(ctx context.Context, coins []coinpulse.CoinInfo, hourl
 		writeErr <- err
 	}()
 	var cur batch
-	points := 0
+	points, done := 0, 0
+	started, logged := time.Now(), time.Now()
 	var feedErr error
 	for r := range results {
 		if r.err != nil {
@@ -345,6 +352,13 @@ func (e *Engine) backfill(ctx context.Context, coins []coinpulse.CoinInfo, hourl
 		c := e.coins[r.hourly.CoinID]
 		c.addSeries(coinpulse.Daily, r.daily.Points)
 		c.addSeries(coinpulse.Hourly, r.hourly.Points)
+		// A backfill from an upstream at its rate can take minutes: say
+		// how far it is.
+		if done++; time.Since(logged) >= e.cfg.Progress {
+			logged = time.Now()
+			e.cfg.Log.Info("backfilling history", "feed", e.cfg.Feed.Name(), "coins_done", done, "coins", len(coins),
+				"took", time.Since(started).Round(time.Second), "left", (time.Since(started) / time.Duration(done) * time.Duration(len(coins)-done)).Round(time.Second))
+		}
 		cur.hourly, cur.daily = append(cur.hourly, r.hourly), append(cur.daily, r.daily)
 		points += len(r.hourly.Points) + len(r.daily.Points)
 		if points >= 50_000 {

@@ -21,6 +21,7 @@ import (
 	"coinpulse"
 	"coinpulse/internal/feed/sim"
 	"coinpulse/internal/sqlite"
+	"coinpulse/internal/testlog"
 )
 
 // start is the engine tests' first clock reading: off every grid.
@@ -1216,5 +1217,22 @@ func TestEngineStaleQuoteNotRolledUp(t *testing.T) {
 	}
 	if got := storedHistory(t, store, "ethereum", coinpulse.Hourly, h.Add(2*time.Hour), h.Add(2*time.Hour)); len(got) != 1 {
 		t.Errorf("ethereum's point at 14:00: %v", got)
+	}
+}
+
+// A backfill says how far it is, every Progress.
+func TestEngineBackfillProgress(t *testing.T) {
+	t.Parallel()
+	var log testlog.Buffer
+	clock := &fakeClock{t: start}
+	feed := quotedFeed{newSpy(t, 1)}
+	e := New(Config{Feed: feed, Store: openStore(t, filepath.Join(t.TempDir(), "db")), Clock: clock.Now,
+		Log: slog.New(slog.NewTextHandler(&log, nil)), Refresh: time.Millisecond, Progress: time.Nanosecond})
+	if err := e.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	out := log.String()
+	if !strings.Contains(out, "coins_done=1 coins=1000") || !strings.Contains(out, "coins_done=1000 coins=1000") || !strings.Contains(out, "left=0s") {
+		t.Errorf("no progress:\n%.2000s", out)
 	}
 }
