@@ -22,6 +22,8 @@ type Quote struct {
 	CoinID      string
 	Price       float64
 	TotalVolume float64 // 24 h, in USD
+	// NoVolume: the feed does not know the volume (TotalVolume is 0).
+	NoVolume bool
 	// MarketCap in USD; 0 means price × circulating supply.
 	MarketCap float64
 	Time      time.Time
@@ -37,8 +39,8 @@ type MarketItem struct {
 	CurrentPrice             float64   `json:"current_price"`
 	MarketCap                float64   `json:"market_cap"`
 	MarketCapRank            int       `json:"market_cap_rank"`
-	TotalVolume              float64   `json:"total_volume"`
-	Volume24h                float64   `json:"volume_24h"`
+	TotalVolume              *float64  `json:"total_volume"`
+	Volume24h                *float64  `json:"volume_24h"`
 	PriceChange24h           *float64  `json:"price_change_24h"`
 	PriceChangePercentage24h *float64  `json:"price_change_percentage_24h"`
 	CirculatingSupply        float64   `json:"circulating_supply"`

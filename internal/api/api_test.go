@@ -368,7 +368,7 @@ func TestMarketOrders(t *testing.T) {
 	}{
 		{"market_cap_desc", func(a, b coinpulse.MarketItem) bool { return a.MarketCap >= b.MarketCap }},
 		{"market_cap_asc", func(a, b coinpulse.MarketItem) bool { return a.MarketCap <= b.MarketCap }},
-		{"volume_desc", func(a, b coinpulse.MarketItem) bool { return a.TotalVolume >= b.TotalVolume }},
+		{"volume_desc", func(a, b coinpulse.MarketItem) bool { return *a.TotalVolume >= *b.TotalVolume }},
 		{"price_desc", func(a, b coinpulse.MarketItem) bool { return a.CurrentPrice >= b.CurrentPrice }},
 	} {
 		items := decode[[]coinpulse.MarketItem](t, do(t, srv, "GET", "/api/v1/markets?per_page=250&order="+tc.order+"&snapshot="+snap, key))
@@ -623,8 +623,8 @@ func TestGlobalAndMovers(t *testing.T) {
 		t.Fatalf("movers %v", both)
 	}
 	for i, c := range both["gainers"] {
-		if *c.PriceChangePercentage24h <= 0 || c.TotalVolume < 50_000 || i > 0 && *c.PriceChangePercentage24h > *both["gainers"][i-1].PriceChangePercentage24h {
-			t.Errorf("gainer %d %s: %v%%, volume %v", i, c.ID, *c.PriceChangePercentage24h, c.TotalVolume)
+		if *c.PriceChangePercentage24h <= 0 || *c.TotalVolume < 50_000 || i > 0 && *c.PriceChangePercentage24h > *both["gainers"][i-1].PriceChangePercentage24h {
+			t.Errorf("gainer %d %s: %v%%, volume %v", i, c.ID, *c.PriceChangePercentage24h, *c.TotalVolume)
 		}
 	}
 	for i, c := range both["losers"] {

@@ -570,7 +570,11 @@ func (e *Engine) History(ctx context.Context, s *Snapshot, coinID string, days i
 		return nil, err
 	}
 	if n := len(pts); n == 0 || pts[n-1].Timestamp.Before(c.LastUpdated) {
-		pts = append(pts, coinpulse.HistoryPoint{Timestamp: c.LastUpdated, Price: c.CurrentPrice, MarketCap: c.MarketCap, TotalVolume: c.TotalVolume})
+		p := coinpulse.HistoryPoint{Timestamp: c.LastUpdated, Price: c.CurrentPrice, MarketCap: c.MarketCap}
+		if c.TotalVolume != nil { // a history point's volume is a number: 0 when unknown
+			p.TotalVolume = *c.TotalVolume
+		}
+		pts = append(pts, p)
 	}
 	return pts, nil
 }

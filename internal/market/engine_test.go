@@ -579,8 +579,8 @@ func TestEngineRollup(t *testing.T) {
 		}
 		p := storedHistory(t, env.store, "bitcoin", coinpulse.Hourly, hour.Add(time.Hour), hour.Add(time.Hour))
 		btc := lookup(t, s, "bitcoin")
-		if len(p) != 1 || p[0].Price != btc.CurrentPrice || p[0].MarketCap != btc.MarketCap || p[0].TotalVolume != btc.TotalVolume {
-			t.Errorf("rolled-up point = %+v, want the latest quote %v / %v / %v", p, btc.CurrentPrice, btc.MarketCap, btc.TotalVolume)
+		if len(p) != 1 || p[0].Price != btc.CurrentPrice || p[0].MarketCap != btc.MarketCap || p[0].TotalVolume != *btc.TotalVolume {
+			t.Errorf("rolled-up point = %+v, want the latest quote %v / %v / %v", p, btc.CurrentPrice, btc.MarketCap, *btc.TotalVolume)
 		}
 		if calls := env.feed.take(); len(calls) != 0 {
 			t.Errorf("rollup of one hour asked the feed for %d histories (%+v ...), want none", len(calls), calls[0])

@@ -129,11 +129,12 @@ func Build(id string, asOf time.Time, feed string, simulated bool, details []coi
 	}
 	s.orders[MarketCapDesc] = s.coins
 	s.orders[MarketCapAsc] = sorted(func(a, b *coinpulse.CoinDetail) int { return cmp.Compare(a.MarketCap, b.MarketCap) })
-	s.orders[VolumeDesc] = sorted(func(a, b *coinpulse.CoinDetail) int { return cmp.Compare(b.TotalVolume, a.TotalVolume) })
+	// An unknown volume sorts after every known one.
+	s.orders[VolumeDesc] = sorted(func(a, b *coinpulse.CoinDetail) int { return cmp.Compare(volume(b), volume(a)) })
 	s.orders[PriceDesc] = sorted(func(a, b *coinpulse.CoinDetail) int { return cmp.Compare(b.CurrentPrice, a.CurrentPrice) })
 
 	for _, c := range s.coins {
-		if c.PriceChangePercentage24h != nil && c.TotalVolume >= minMoverVolume {
+		if c.PriceChangePercentage24h != nil && c.TotalVolume != nil && *c.TotalVolume >= minMoverVolume {
 			s.gainers = append(s.gainers, c)
 		}
 	}
@@ -148,6 +149,14 @@ func Build(id string, asOf time.Time, feed string, simulated bool, details []coi
 	return s
 }
 
+// volume is a coin's 24 h volume, −1 when it is not known.
+func volume(c *coinpulse.CoinDetail) float64 {
+	if c.TotalVolume == nil {
+		return -1
+	}
+	return *c.TotalVolume
+}
+
 func global(coins []*coinpulse.CoinDetail, markets *int) coinpulse.GlobalStats {
 	g := coinpulse.GlobalStats{ActiveCryptocurrencies: len(coins), Markets: markets}
 	// The change over 24 h is that of the coins whose change is known: a
@@ -156,7 +165,9 @@ func global(coins []*coinpulse.CoinDetail, markets *int) coinpulse.GlobalStats {
 	var before, after float64
 	for _, c := range coins {
 		g.TotalMarketCap += c.MarketCap
-		g.TotalVolume24h += c.TotalVolume
+		if c.TotalVolume != nil {
+			g.TotalVolume24h += *c.TotalVolume
+		}
 		if c.MarketCapChange24h != nil {
 			before += c.MarketCap - *c.MarketCapChange24h
 			after += c.MarketCap

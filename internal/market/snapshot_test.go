@@ -33,7 +33,7 @@ func details(cs ...coin) []coinpulse.CoinDetail {
 	for i, c := range cs {
 		out[i] = coinpulse.CoinDetail{MarketItem: coinpulse.MarketItem{
 			ID: c.id, Symbol: c.symbol, Name: c.name,
-			CurrentPrice: c.price, MarketCap: c.mcap, TotalVolume: c.volume, Volume24h: c.volume,
+			CurrentPrice: c.price, MarketCap: c.mcap, TotalVolume: f64(c.volume), Volume24h: f64(c.volume),
 			PriceChangePercentage24h: c.change, LastUpdated: asOf,
 		}}
 		if c.change != nil {
@@ -333,16 +333,16 @@ func TestMovers(t *testing.T) {
 			t.Fatalf("got %d gainers, %d losers; want 100 each", len(g), len(l))
 		}
 		for i, c := range g {
-			if *c.PriceChangePercentage24h <= 0 || c.TotalVolume < s.MinMoverVolume {
-				t.Errorf("gainer %d: %s change %v volume %v", i, c.ID, *c.PriceChangePercentage24h, c.TotalVolume)
+			if *c.PriceChangePercentage24h <= 0 || *c.TotalVolume < s.MinMoverVolume {
+				t.Errorf("gainer %d: %s change %v volume %v", i, c.ID, *c.PriceChangePercentage24h, *c.TotalVolume)
 			}
 			if i > 0 && *c.PriceChangePercentage24h > *g[i-1].PriceChangePercentage24h {
 				t.Errorf("gainer %d: change %v after %v, want descending", i, *c.PriceChangePercentage24h, *g[i-1].PriceChangePercentage24h)
 			}
 		}
 		for i, c := range l {
-			if *c.PriceChangePercentage24h >= 0 || c.TotalVolume < s.MinMoverVolume {
-				t.Errorf("loser %d: %s change %v volume %v", i, c.ID, *c.PriceChangePercentage24h, c.TotalVolume)
+			if *c.PriceChangePercentage24h >= 0 || *c.TotalVolume < s.MinMoverVolume {
+				t.Errorf("loser %d: %s change %v volume %v", i, c.ID, *c.PriceChangePercentage24h, *c.TotalVolume)
 			}
 			if i > 0 && *c.PriceChangePercentage24h < *l[i-1].PriceChangePercentage24h {
 				t.Errorf("loser %d: change %v after %v, want ascending", i, *c.PriceChangePercentage24h, *l[i-1].PriceChangePercentage24h)
@@ -747,3 +747,24 @@ func TestMoverTiesByRank(t *testing.T) {
 type sized []byte
 
 func (s sized) MemoSize() int { return len(s) }
+
+// A volume the feed does not know is null: such a coin sorts last by
+// volume, is no top mover and adds nothing to the global volume.
+func TestUnknownVolume(t *testing.T) {
+	d := details(
+		coin{id: "known", symbol: "k", name: "Known", price: 1, mcap: 100, volume: 1e6, change: f64(10)},
+		coin{id: "unknown", symbol: "u", name: "Unknown", price: 1, mcap: 200, volume: 0, change: f64(20)},
+		coin{id: "small", symbol: "s", name: "Small", price: 1, mcap: 50, volume: 10, change: f64(5)},
+	)
+	d[1].TotalVolume, d[1].Volume24h = nil, nil
+	s := Build("s1", asOf, "sim", true, d, nil, 1)
+	if got := ids(s.orders[VolumeDesc]); !slices.Equal(got, []string{"known", "small", "unknown"}) {
+		t.Errorf("by volume: %v", got)
+	}
+	if got := ids(s.Gainers(10)); !slices.Equal(got, []string{"known", "small"}) {
+		t.Errorf("gainers: %v", got)
+	}
+	if s.Global.TotalVolume24h != 1e6+10 {
+		t.Errorf("global volume %v", s.Global.TotalVolume24h)
+	}
+}

@@ -13,7 +13,8 @@ import (
 type coinState struct {
 	Info                 coinpulse.CoinInfo
 	Price, MarketCap     float64
-	Volume               float64
+	Volume               float64 // 0 when NoVolume
+	NoVolume             bool
 	Updated              time.Time
 	Hourly               ring[float64] // prices and market caps, the last 26 hours
 	Daily                ring[float32] // prices, the last 367 days (float32 halves the largest part of the state)
@@ -154,7 +155,7 @@ func addTail[T float32 | float64](r *ring[T], pts []coinpulse.HistoryPoint) {
 // come from history points only, so that every node computes the same
 // figures whenever it started; detail folds the current price in.
 func (c *coinState) apply(q coinpulse.Quote) {
-	c.Price, c.Volume, c.Updated, c.HasQuote = q.Price, q.TotalVolume, q.Time, true
+	c.Price, c.Volume, c.NoVolume, c.Updated, c.HasQuote = q.Price, q.TotalVolume, q.NoVolume, q.Time, true
 	c.MarketCap = q.MarketCap
 	if c.MarketCap == 0 {
 		c.MarketCap = q.Price * c.Info.CirculatingSupply
@@ -181,7 +182,6 @@ func (c *coinState) detail(now time.Time) coinpulse.CoinDetail {
 		MarketItem: coinpulse.MarketItem{
 			ID: c.Info.ID, Symbol: c.Info.Symbol, Name: c.Info.Name,
 			CurrentPrice: c.Price, MarketCap: c.MarketCap,
-			TotalVolume: c.Volume, Volume24h: c.Volume,
 			CirculatingSupply: c.Info.CirculatingSupply,
 			ATH:               c.ATH, ATL: c.ATL,
 			LastUpdated: c.Updated,
@@ -189,6 +189,9 @@ func (c *coinState) detail(now time.Time) coinpulse.CoinDetail {
 		ATHDate: c.ATHDate, ATLDate: c.ATLDate,
 		TotalSupply: c.Info.TotalSupply, MaxSupply: c.Info.MaxSupply,
 		HistoryStart: c.Info.ListedAt,
+	}
+	if !c.NoVolume {
+		d.TotalVolume, d.Volume24h = ptr(c.Volume), ptr(c.Volume)
 	}
 	if !c.HasExtreme || c.Price > d.ATH {
 		d.ATH, d.ATHDate = c.Price, c.Updated

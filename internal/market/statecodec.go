@@ -79,6 +79,9 @@ func encodeState(s *savedState, order []string) []byte {
 		if c.HasExtreme {
 			flags |= 2
 		}
+		if c.NoVolume {
+			flags |= 4
+		}
 		w.b = append(w.b, flags)
 		for _, v := range []float64{c.Price, c.MarketCap, c.Volume} {
 			w.f64(v)
@@ -194,7 +197,7 @@ func decodeState(b []byte) (savedState, error) {
 		c := newCoinState(coinpulse.CoinInfo{ID: id})
 		flags := r.take(1)
 		if flags != nil {
-			c.HasQuote, c.HasExtreme = flags[0]&1 != 0, flags[0]&2 != 0
+			c.HasQuote, c.HasExtreme, c.NoVolume = flags[0]&1 != 0, flags[0]&2 != 0, flags[0]&4 != 0
 		}
 		c.Price, c.MarketCap, c.Volume = r.f64(), r.f64(), r.f64()
 		c.Updated = r.t()

@@ -21,8 +21,10 @@ func sampleState() (*savedState, []string) {
 		a.addPoint(coinpulse.Daily, coinpulse.HistoryPoint{Timestamp: t0.Truncate(24*time.Hour).AddDate(0, 0, i-400), Price: float64(i) + 0.5})
 	}
 	b := newCoinState(coinpulse.CoinInfo{ID: "béta"}) // never quoted
+	c := newCoinState(coinpulse.CoinInfo{ID: "gamma"})
+	c.apply(coinpulse.Quote{CoinID: "gamma", Price: 2, NoVolume: true, Time: t0})
 	return &savedState{Fingerprint: "sim/v3(seed=1)", LastHour: t0, LastDay: t0.Truncate(24 * time.Hour),
-		Coins: map[string]*coinState{"alpha": a, "béta": b}}, []string{"alpha", "béta"}
+		Coins: map[string]*coinState{"alpha": a, "béta": b, "gamma": c}}, []string{"alpha", "béta", "gamma"}
 }
 
 func TestStateRoundTrip(t *testing.T) {

@@ -99,6 +99,14 @@ func appendID(b []byte, id json.RawMessage) []byte {
 	return append(b, id...)
 }
 
+// appendNullable appends *v, or null.
+func appendNullable(b []byte, v *float64) []byte {
+	if v == nil {
+		return append(b, "null"...)
+	}
+	return appendFloat(b, *v)
+}
+
 // appendUpdate appends one element of a prices message's updates.
 func appendUpdate(b []byte, u *PriceUpdate) []byte {
 	b = append(b, `{"coin_id":`...)
@@ -108,15 +116,11 @@ func appendUpdate(b []byte, u *PriceUpdate) []byte {
 	b = append(b, `,"price":`...)
 	b = appendFloat(b, u.Price)
 	b = append(b, `,"price_change_percentage_24h":`...)
-	if u.PriceChangePercentage24h == nil {
-		b = append(b, "null"...)
-	} else {
-		b = appendFloat(b, *u.PriceChangePercentage24h)
-	}
+	b = appendNullable(b, u.PriceChangePercentage24h)
 	b = append(b, `,"market_cap":`...)
 	b = appendFloat(b, u.MarketCap)
 	b = append(b, `,"total_volume":`...)
-	b = appendFloat(b, u.TotalVolume)
+	b = appendNullable(b, u.TotalVolume)
 	b = append(b, `,"last_updated":`...)
 	b = appendTime(b, u.LastUpdated)
 	return append(b, '}')

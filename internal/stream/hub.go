@@ -106,7 +106,7 @@ type PriceUpdate struct {
 	Price                    float64
 	PriceChangePercentage24h *float64 // nil: unknown (null)
 	MarketCap                float64
-	TotalVolume              float64
+	TotalVolume              *float64 // nil: unknown (null)
 	LastUpdated              time.Time
 }
 

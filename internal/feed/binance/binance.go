@@ -280,7 +280,9 @@ func (f *Feed) Quotes(ctx context.Context, now time.Time) ([]coinpulse.Quote, er
 		if !ok || t.LastPrice == 0 || now.Sub(t.CloseTime) >= day {
 			continue
 		}
-		q := coinpulse.Quote{CoinID: p.id, Price: t.LastPrice / p.per, TotalVolume: t.QuoteVolume, Time: now}
+		// A pair that trades has a volume: 0 is one Binance did not send
+		// as a decimal.
+		q := coinpulse.Quote{CoinID: p.id, Price: t.LastPrice / p.per, TotalVolume: t.QuoteVolume, NoVolume: t.QuoteVolume == 0, Time: now}
 		if !t.CloseTime.After(now) {
 			q.Time = t.CloseTime
 		}

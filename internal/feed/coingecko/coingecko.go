@@ -303,6 +303,8 @@ func (f *Feed) Quotes(ctx context.Context, now time.Time) ([]coinpulse.Quote, er
 			qt := coinpulse.Quote{CoinID: m.ID, Price: *m.CurrentPrice, Time: now}
 			if m.TotalVolume != nil {
 				qt.TotalVolume = *m.TotalVolume
+			} else {
+				qt.NoVolume = true
 			}
 			if m.MarketCap != nil {
 				qt.MarketCap = *m.MarketCap

@@ -101,12 +101,16 @@ func TestUniverseAndQuotes(t *testing.T) {
 	// A coin gone from CoinGecko, or sent without a price, has no quote.
 	up.Delist(coins[5].ID)
 	up.NullPrice(coins[6].ID)
+	up.NullVolume(coins[7].ID)
 	if q, err = f.Quotes(ctx, time.Now()); err != nil || len(q) != 518 {
 		t.Fatalf("%v %d", err, len(q))
 	}
 	for _, x := range q {
 		if x.CoinID == coins[5].ID || x.CoinID == coins[6].ID {
 			t.Errorf("a quote for %s", x.CoinID)
+		}
+		if x.NoVolume != (x.CoinID == coins[7].ID) {
+			t.Errorf("%s: NoVolume %v", x.CoinID, x.NoVolume)
 		}
 	}
 	// Fewer coins than asked for: all there are.

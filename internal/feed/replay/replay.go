@@ -279,7 +279,8 @@ func (f *Feed) Quotes(_ context.Context, now time.Time) ([]coinpulse.Quote, erro
 	out := make([]coinpulse.Quote, 0, len(f.coins))
 	for _, c := range f.coins {
 		p := c.point(phase, f.period)
-		out = append(out, coinpulse.Quote{CoinID: c.info.ID, Price: p.Price, MarketCap: p.MarketCap, TotalVolume: p.TotalVolume, Time: now})
+		// A volume of 0 is one the recording does not know (see Row).
+		out = append(out, coinpulse.Quote{CoinID: c.info.ID, Price: p.Price, MarketCap: p.MarketCap, TotalVolume: p.TotalVolume, NoVolume: p.TotalVolume == 0, Time: now})
 	}
 	return out, nil
 }

@@ -258,7 +258,7 @@ func TestFigures(t *testing.T) {
 		{100*72*time.Hour + 66*time.Hour, math.Sqrt(300 * 100), math.Sqrt(30 * 10), math.Sqrt(300*100) * 20},
 	} {
 		q := at(tt.at)
-		if !near(q.Price, tt.price) || !near(q.TotalVolume, tt.volume) || !near(q.MarketCap, tt.cap) {
+		if !near(q.Price, tt.price) || !near(q.TotalVolume, tt.volume) || !near(q.MarketCap, tt.cap) || q.NoVolume != (tt.volume == 0) {
 			t.Errorf("at %s: price %v volume %v cap %v, want %v %v %v", tt.at, q.Price, q.TotalVolume, q.MarketCap, tt.price, tt.volume, tt.cap)
 		}
 	}

@@ -72,11 +72,12 @@ type Upstream struct {
 	broken  map[string]int // coin id → 500s still to answer
 	gone    map[string]bool
 	nullPx  map[string]bool
+	nullVol map[string]bool
 }
 
 // Start serves coins until the test ends.
 func Start(t testing.TB, coins []Coin) *Upstream {
-	u := &Upstream{coins: coins, MaxDays: 365, Now: time.Now, calls: map[string]int{}, broken: map[string]int{}, gone: map[string]bool{}, nullPx: map[string]bool{}}
+	u := &Upstream{coins: coins, MaxDays: 365, Now: time.Now, calls: map[string]int{}, broken: map[string]int{}, gone: map[string]bool{}, nullPx: map[string]bool{}, nullVol: map[string]bool{}}
 	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
 	t.Cleanup(u.srv.Close)
 	u.URL = u.srv.URL + "/api/v3"
@@ -117,6 +118,13 @@ func (u *Upstream) Delist(id string) {
 func (u *Upstream) NullPrice(id string) {
 	u.mu.Lock()
 	u.nullPx[id] = true
+	u.mu.Unlock()
+}
+
+// NullVolume makes markets send coin id's total_volume as null.
+func (u *Upstream) NullVolume(id string) {
+	u.mu.Lock()
+	u.nullVol[id] = true
 	u.mu.Unlock()
 }
 
@@ -222,7 +230,7 @@ func (u *Upstream) markets(w http.ResponseWriter, r *http.Request) {
 	for i := (page - 1) * perPage; i < min(page*perPage, len(list)); i++ {
 		c := list[i]
 		u.mu.Lock()
-		null := u.nullPx[c.ID]
+		null, nullVol := u.nullPx[c.ID], u.nullVol[c.ID]
 		u.mu.Unlock()
 		p := Price(c, now)
 		it := map[string]any{
@@ -241,6 +249,9 @@ func (u *Upstream) markets(w http.ResponseWriter, r *http.Request) {
 		}
 		if null {
 			it["current_price"] = nil
+		}
+		if nullVol {
+			it["total_volume"] = nil
 		}
 		if c.MaxSupply > 0 {
 			it["max_supply"] = c.MaxSupply
