@@ -191,7 +191,8 @@ func (c *coinState) detail(now time.Time) coinpulse.CoinDetail {
 		HistoryStart: c.Info.ListedAt,
 	}
 	if !c.NoVolume {
-		d.TotalVolume, d.Volume24h = ptr(c.Volume), ptr(c.Volume)
+		v := ptr(c.Volume) // one allocation for both: read only
+		d.TotalVolume, d.Volume24h = v, v
 	}
 	if !c.HasExtreme || c.Price > d.ATH {
 		d.ATH, d.ATHDate = c.Price, c.Updated
