@@ -108,23 +108,17 @@ func (u *Upstream) Break(id string, n int) {
 
 // Delist makes CoinGecko forget coin id: its chart is a 404, and markets
 // leave it out.
-func (u *Upstream) Delist(id string) {
-	u.mu.Lock()
-	u.gone[id] = true
-	u.mu.Unlock()
-}
+func (u *Upstream) Delist(id string) { u.mark(u.gone, id) }
 
 // NullPrice makes markets send coin id's current_price as null.
-func (u *Upstream) NullPrice(id string) {
-	u.mu.Lock()
-	u.nullPx[id] = true
-	u.mu.Unlock()
-}
+func (u *Upstream) NullPrice(id string) { u.mark(u.nullPx, id) }
 
 // NullVolume makes markets send coin id's total_volume as null.
-func (u *Upstream) NullVolume(id string) {
+func (u *Upstream) NullVolume(id string) { u.mark(u.nullVol, id) }
+
+func (u *Upstream) mark(set map[string]bool, id string) {
 	u.mu.Lock()
-	u.nullVol[id] = true
+	set[id] = true
 	u.mu.Unlock()
 }
 
