@@ -22,6 +22,7 @@ func TestServeBinance(t *testing.T) {
 		t.Fatalf("no demo key:\n%s", s.stdout)
 	}
 	key := m[2]
+	s.waitHistory(t)
 	if log := s.stderr.String(); !strings.Contains(log, "market data from Binance") || strings.Contains(log, "SIMULATED") {
 		t.Errorf("the log does not say where the data comes from:\n%s", log)
 	}

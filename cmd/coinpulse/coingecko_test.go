@@ -19,6 +19,7 @@ func TestServeCoinGecko(t *testing.T) {
 	coins := cgtest.Coins(30)
 	up := cgtest.Start(t, coins)
 	up.Key = "CG-test-key"
+	up.ChartDelay = 30 * time.Millisecond // 60 calls: a backfill of about a second
 	keyFile := filepath.Join(t.TempDir(), "key")
 	os.WriteFile(keyFile, []byte(up.Key+"\n"), 0o600)
 	args := []string{"--data-dir", t.TempDir(), "--feed", "coingecko", "--coingecko-url", up.URL, "--coingecko-key-file", keyFile,
@@ -29,13 +30,20 @@ func TestServeCoinGecko(t *testing.T) {
 		t.Fatalf("no demo key:\n%s", s.stdout)
 	}
 	key := m[2]
-	if log := s.stderr.String(); !strings.Contains(log, "market data from CoinGecko") || !strings.Contains(log, "backfills 20 coins in about 60 calls") || strings.Contains(log, "SIMULATED") {
+	// Ready with quotes before the history is in.
+	status, body := s.get(t, "/readyz", "")
+	if data, _ := body["data"].(map[string]any); status != 200 || data["history"] != "backfilling" {
+		t.Errorf("readyz during the backfill: %d %v", status, body)
+	}
+	s.waitHistory(t)
+	if log := s.stderr.String(); !strings.Contains(log, "market data from CoinGecko") || !strings.Contains(log, "backfills 20 coins in about 60 calls") ||
+		!strings.Contains(log, "serving quotes while history backfills") || strings.Contains(log, "SIMULATED") {
 		t.Errorf("the log does not say where the data comes from:\n%s", log)
 	}
 	if n := up.Calls("chart"); n != 60 {
 		t.Errorf("the backfill made %d chart calls, want 60 (three a coin)", n)
 	}
-	status, body := s.get(t, "/api/v1/markets/global", key)
+	status, body = s.get(t, "/api/v1/markets/global", key)
 	meta, _ := body["meta"].(map[string]any)
 	data, _ := body["data"].(map[string]any)
 	if status != 200 || meta["feed"] != "coingecko" || meta["simulated"] != false || data["active_cryptocurrencies"] != 20.0 {

@@ -199,6 +199,23 @@ func startServe(t *testing.T, args ...string) *server {
 	return s
 }
 
+// waitHistory waits until /readyz says the history is whole: a live
+// feed's first start serves quotes while its history comes in.
+func (s *server) waitHistory(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		_, body := s.get(t, "/readyz", "")
+		if data, _ := body["data"].(map[string]any); data["history"] == "complete" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("history not complete after 2 minutes: %v", body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // stop shuts the server down gracefully and checks that it exits cleanly.
 func (s *server) stop(t *testing.T) {
 	t.Helper()

@@ -45,9 +45,13 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 		return coinpulse.Errorf(coinpulse.CodeUnavailable, "The database does not answer.")
 	}
 	m := s.newMeta(w)
+	history := "complete"
+	if snap.Backfilling {
+		history = "backfilling" // a live feed's first start: quotes are served, history is still coming
+	}
 	return writeData(w, http.StatusOK, map[string]any{
 		"status": "ready", "feed": snap.Feed, "simulated": snap.Simulated,
-		"coins": snap.Len(), "as_of": snap.AsOf.UTC().Format(time.RFC3339),
+		"coins": snap.Len(), "as_of": snap.AsOf.UTC().Format(time.RFC3339), "history": history,
 	}, &m)
 }
 

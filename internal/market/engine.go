@@ -67,6 +67,11 @@ type Engine struct {
 	order    []string
 	lastHour time.Time
 	lastDay  time.Time
+	// warming: Load is backfilling history for a quotedRollup feed and
+	// publishes quotes meanwhile, every Refresh (see warm).
+	warming  bool
+	warmedAt time.Time
+	warmed   bool // a snapshot was published while warming
 }
 
 // New returns an engine; call Load, then Run.
@@ -173,11 +178,24 @@ func (e *Engine) Load(ctx context.Context) error {
 	e.lastHour, e.lastDay = saved.LastHour, saved.LastDay
 	hour, day := now.Truncate(time.Hour), now.Truncate(24*time.Hour)
 	filled := len(missing) > 0 || e.lastHour.Before(hour)
-	if len(e.coins) > 0 && e.lastHour.Before(hour) {
-		// Fill the gap since the last run for the coins we know.
+	for _, info := range missing {
+		e.coins[info.ID] = newCoinState(info)
+	}
+	e.warmed = false
+	if e.quotedRollup && filled {
+		// History from such a feed costs a call a coin at the upstream's
+		// rate: minutes for a first start. Serve its quotes meanwhile,
+		// refreshed every Refresh, and say the history is incomplete.
+		e.warming = true
+		defer func() { e.warming = false }()
+		e.warm(ctx)
+	}
+	if len(e.coins) > len(missing) && e.lastHour.Before(hour) {
+		// Fill the gap since the last run for the coins we know (the
+		// saved state's; the missing ones are backfilled whole below).
 		var known []coinpulse.CoinInfo
 		for _, id := range e.order {
-			if c := e.coins[id]; c != nil {
+			if c := saved.Coins[id]; c != nil {
 				known = append(known, c.Info)
 			}
 		}
@@ -193,9 +211,6 @@ func (e *Engine) Load(ctx context.Context) error {
 		if err := e.cfg.Store.PutKV(ctx, historyKey, []byte("incomplete")); err != nil {
 			return fmt.Errorf("record the history's feed: %w", err)
 		}
-		for _, info := range missing {
-			e.coins[info.ID] = newCoinState(info)
-		}
 		// An hour more than the window: History's first point is the one at
 		// or before now − 90 days.
 		if err := e.backfill(ctx, missing, now.Add(-HourlyWindow-time.Hour), time.Time{}, now); err != nil {
@@ -203,6 +218,12 @@ func (e *Engine) Load(ctx context.Context) error {
 		}
 	}
 	e.lastHour, e.lastDay = hour, day
+	if e.warmed {
+		// Snapshots of later instants are out: go on from the present
+		// (quote rolls up the hour passed since, if one did).
+		e.warming = false
+		now = e.aligned(e.cfg.Clock())
+	}
 	if err := e.quote(ctx, now); err != nil {
 		return err
 	}
@@ -223,6 +244,32 @@ func (e *Engine) Load(ctx context.Context) error {
 	e.cfg.Log.Info("market data ready", "feed", e.cfg.Feed.Name(), "simulated", e.cfg.Feed.Simulated(),
 		"coins", len(e.coins), "backfilled", len(missing), "took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// warm publishes the feed's quotes of the present while Load backfills
+// (see warming). A failure is logged: the backfill goes on, and the node
+// stays unready until a snapshot is out.
+func (e *Engine) warm(ctx context.Context) {
+	e.warmedAt = time.Now()
+	now := e.aligned(e.cfg.Clock())
+	if cur := e.current.Load(); cur != nil && !now.After(cur.AsOf) {
+		return
+	}
+	quotes, err := e.cfg.Feed.Quotes(ctx, now)
+	if err != nil {
+		e.cfg.Log.Warn("quotes while backfilling failed", "feed", e.cfg.Feed.Name(), "err", err)
+		return
+	}
+	for _, q := range quotes {
+		if c := e.coins[q.CoinID]; c != nil {
+			c.apply(q)
+		}
+	}
+	if !e.warmed {
+		e.cfg.Log.Info("serving quotes while history backfills", "feed", e.cfg.Feed.Name(), "coins", len(quotes))
+	}
+	e.warmed = true
+	e.publish(now)
 }
 
 func (e *Engine) loadState(ctx context.Context) savedState {
@@ -352,6 +399,9 @@ func (e *Engine) backfill(ctx context.Context, coins []coinpulse.CoinInfo, hourl
 		c := e.coins[r.hourly.CoinID]
 		c.addSeries(coinpulse.Daily, r.daily.Points)
 		c.addSeries(coinpulse.Hourly, r.hourly.Points)
+		if e.warming && time.Since(e.warmedAt) >= e.cfg.Refresh {
+			e.warm(ctx)
+		}
 		// A backfill from an upstream at its rate can take minutes: say
 		// how far it is.
 		if done++; time.Since(logged) >= e.cfg.Progress {
@@ -507,6 +557,7 @@ func (e *Engine) publish(now time.Time) {
 		}
 	}
 	s := Build(snapshotID(now), now, e.cfg.Feed.Name(), e.cfg.Feed.Simulated(), details, e.markets, e.cfg.MinMoverVolume)
+	s.Backfilling = e.warming
 	e.mu.Lock()
 	if prev := e.current.Load(); prev != nil && prev.ID != s.ID {
 		prev.Retire()

@@ -1236,3 +1236,56 @@ func TestEngineBackfillProgress(t *testing.T) {
 		t.Errorf("no progress:\n%.2000s", out)
 	}
 }
+
+// blockedFeed is quotedFeed whose History waits until release is closed.
+type blockedFeed struct {
+	quotedFeed
+	release chan struct{}
+}
+
+func (b blockedFeed) History(ctx context.Context, info coinpulse.CoinInfo, interval coinpulse.Interval, from, to time.Time) ([]coinpulse.HistoryPoint, error) {
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return b.quotedFeed.History(ctx, info, interval, from, to)
+}
+
+// A feed whose history costs a call a coin has its quotes served while
+// Load backfills, marked Backfilling, refreshed every Refresh; the
+// snapshot after the backfill is whole, and later than those.
+func TestEngineServesQuotesWhileBackfilling(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{t: start}
+	feed := blockedFeed{quotedFeed{newSpy(t, 1)}, make(chan struct{})}
+	e := New(Config{Feed: feed, Store: openStore(t, filepath.Join(t.TempDir(), "db")), Clock: clock.Now,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Refresh: 50 * time.Millisecond})
+	done := make(chan error, 1)
+	go func() { done <- e.Load(context.Background()) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Current() == nil && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	s := e.Current()
+	if s == nil || !s.Backfilling || s.Len() != 1000 {
+		t.Fatalf("while backfilling: %+v", s)
+	}
+	if btc := lookup(t, s, "bitcoin"); btc.CurrentPrice <= 0 || btc.PriceChangePercentage24h != nil {
+		t.Errorf("bitcoin while backfilling: price %v, 24 h change %v (want a price, no change yet)", btc.CurrentPrice, btc.PriceChangePercentage24h)
+	}
+	// The clock moves on: the quotes are refreshed while History waits.
+	clock.Set(start.Add(time.Minute))
+	time.Sleep(200 * time.Millisecond)
+	close(feed.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	s = e.Current()
+	if s.Backfilling || !s.AsOf.Equal(start.Add(time.Minute).Truncate(50*time.Millisecond)) {
+		t.Errorf("after the backfill: backfilling %v, as of %v", s.Backfilling, s.AsOf)
+	}
+	if btc := lookup(t, s, "bitcoin"); btc.PriceChangePercentage24h == nil {
+		t.Error("no 24 h change after the backfill")
+	}
+}

@@ -39,6 +39,11 @@ type Snapshot struct {
 	Global    coinpulse.GlobalStats
 	// MinMoverVolume is the 24 h volume floor for top movers, in USD.
 	MinMoverVolume float64
+	// Backfilling: the engine published this snapshot's quotes while it
+	// was still fetching history (a feed whose history costs a call a
+	// coin; see Engine.Load): changes, extremes and history may be
+	// missing for some coins.
+	Backfilling bool
 
 	coins    []*coinpulse.CoinDetail // by market_cap_rank
 	byID     map[string]*coinpulse.CoinDetail

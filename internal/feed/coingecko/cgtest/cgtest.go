@@ -62,6 +62,9 @@ type Upstream struct {
 	MaxDays int
 	// Now is the upstream's clock (default time.Now).
 	Now func() time.Time
+	// ChartDelay slows every chart answer down, as CoinGecko's rate
+	// does a backfill.
+	ChartDelay time.Duration
 
 	srv   *httptest.Server
 	coins []Coin
@@ -264,6 +267,7 @@ const (
 )
 
 func (u *Upstream) chart(w http.ResponseWriter, r *http.Request, id string) {
+	time.Sleep(u.ChartDelay)
 	c, ok := u.coin(id)
 	if !ok {
 		writeJSON(w, 404, map[string]string{"error": "coin not found"})
@@ -302,7 +306,7 @@ func (u *Upstream) chart(w http.ResponseWriter, r *http.Request, id string) {
 	// present, hourly ones for a day in the past and up to 90 days,
 	// daily ones (00:00 UTC) beyond; an answer reaching the present ends
 	// with the latest price, at the moment asked.
-	present := !time.Unix(to, 0).Before(now)
+	present := !time.Unix(to, 0).Before(now.Add(-time.Minute)) // to is in seconds: a call ending now asks a moment before it
 	var times []time.Time
 	switch span := b.Sub(a); {
 	case span <= 24*time.Hour && present:
