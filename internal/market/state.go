@@ -83,12 +83,14 @@ func (r *ring[T]) reset(t int64) {
 }
 
 // at returns the ring's value at t: interpolated linearly between the
-// points either side of t, or the last point when t is at or after it
-// (mcap is 0 without Caps). So a change "over 24 hours" is measured from
-// now − 24 h, not from the last point before it, up to a step further
-// back. ok is false before the first point.
+// points either side of t, or the last point when t is at or after it,
+// by less than a step (mcap is 0 without Caps). So a change "over 24
+// hours" is measured from now − 24 h, not from the last point before it,
+// up to a step further back. ok is false before the first point, and a
+// step or more after the last: a ring that stopped then (a start after a
+// long stop serving quotes while it backfills) does not know t.
 func (r *ring[T]) at(t int64) (price, mcap float64, ok bool) {
-	if len(r.Price) == 0 || t < r.Start {
+	if len(r.Price) == 0 || t < r.Start || t-(r.Start+int64(len(r.Price)-1)*r.Step) >= r.Step {
 		return 0, 0, false
 	}
 	i := int((t - r.Start) / r.Step)

@@ -24,8 +24,11 @@ func TestRing(t *testing.T) {
 	if p, m, ok := r.at(185); !ok || p != 44.5 || m != -44.5 {
 		t.Errorf("at(185) = %v %v %v, want 44.5 -44.5 halfway between the points either side", p, m, ok)
 	}
-	if p, _, ok := r.at(1000); !ok || p != 9 {
-		t.Errorf("at(past the end) = %v %v, want the last point", p, ok)
+	if p, _, ok := r.at(199); !ok || p != 9 {
+		t.Errorf("at(less than a step past the end) = %v %v, want the last point", p, ok)
+	}
+	if _, _, ok := r.at(200); ok {
+		t.Error("at(a step past the end) found a point: the ring does not know that far")
 	}
 	if _, _, ok := r.at(169); ok {
 		t.Error("at(before the start) found a point")
