@@ -454,7 +454,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	wg.Go(func() {
 		// A failed load (the feed or the database erring) is tried again,
 		// after 1 s, then twice as long each time up to 30 s: the node
-		// stays unready (503) until one succeeds.
+		// stays unready (503) until one succeeds, but for a live feed's,
+		// which serves quotes while it backfills (/readyz says so).
 		for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
 			err := engine.Load(bg)
 			if err == nil {

@@ -69,9 +69,8 @@ type Engine struct {
 	lastDay  time.Time
 	// warming: Load is backfilling history for a quotedRollup feed and
 	// publishes quotes meanwhile, every Refresh (see warm).
-	warming  bool
-	warmedAt time.Time
-	warmed   bool // a snapshot was published while warming
+	warming bool
+	warmed  bool // a snapshot was published while warming
 }
 
 // New returns an engine; call Load, then Run.
@@ -219,11 +218,27 @@ func (e *Engine) Load(ctx context.Context) error {
 	}
 	e.lastHour, e.lastDay = hour, day
 	if e.warmed {
-		// Snapshots of later instants are out: go on from the present
-		// (quote rolls up the hour passed since, if one did).
-		e.warming = false
-		now = e.aligned(e.cfg.Clock())
+		// Snapshots of later instants are out: go on from the present.
+		// A backfill that took over an hour left hours behind it: fill
+		// them from history while still serving quotes, until at most
+		// one is left, which quote rolls up.
+		for {
+			now = e.aligned(e.cfg.Clock())
+			h := now.Truncate(time.Hour)
+			if h.Sub(e.lastHour) <= time.Hour {
+				break
+			}
+			var all []coinpulse.CoinInfo
+			for _, id := range e.order {
+				all = append(all, e.coins[id].Info)
+			}
+			if err := e.backfill(ctx, all, e.lastHour.Add(time.Hour), e.lastDay.Add(24*time.Hour), h); err != nil {
+				return err
+			}
+			e.lastHour, e.lastDay = h, h.Truncate(24*time.Hour)
+		}
 	}
+	e.warming = false
 	if err := e.quote(ctx, now); err != nil {
 		return err
 	}
@@ -250,7 +265,6 @@ func (e *Engine) Load(ctx context.Context) error {
 // (see warming). A failure is logged: the backfill goes on, and the node
 // stays unready until a snapshot is out.
 func (e *Engine) warm(ctx context.Context) {
-	e.warmedAt = time.Now()
 	now := e.aligned(e.cfg.Clock())
 	if cur := e.current.Load(); cur != nil && !now.After(cur.AsOf) {
 		return
@@ -388,7 +402,27 @@ func (e *Engine) backfill(ctx context.Context, coins []coinpulse.CoinInfo, hourl
 	points, done := 0, 0
 	started, logged := time.Now(), time.Now()
 	var feedErr error
-	for r := range results {
+	// While Load warms (see warm), quotes are published every Refresh,
+	// whether or not the history calls answer meanwhile.
+	var refresh <-chan time.Time
+	if e.warming {
+		t := time.NewTicker(e.cfg.Refresh)
+		defer t.Stop()
+		refresh = t.C
+	}
+results:
+	for {
+		var r result
+		select {
+		case <-refresh:
+			e.warm(ctx)
+			continue
+		case x, ok := <-results:
+			if !ok {
+				break results
+			}
+			r = x
+		}
 		if r.err != nil {
 			if feedErr == nil {
 				feedErr = fmt.Errorf("feed history of %s: %w", r.hourly.CoinID, r.err)
@@ -399,9 +433,6 @@ func (e *Engine) backfill(ctx context.Context, coins []coinpulse.CoinInfo, hourl
 		c := e.coins[r.hourly.CoinID]
 		c.addSeries(coinpulse.Daily, r.daily.Points)
 		c.addSeries(coinpulse.Hourly, r.hourly.Points)
-		if e.warming && time.Since(e.warmedAt) >= e.cfg.Refresh {
-			e.warm(ctx)
-		}
 		// A backfill from an upstream at its rate can take minutes: say
 		// how far it is.
 		if done++; time.Since(logged) >= e.cfg.Progress {
@@ -556,7 +587,13 @@ func (e *Engine) publish(now time.Time) {
 			details = append(details, c.detail(now))
 		}
 	}
-	s := Build(snapshotID(now), now, e.cfg.Feed.Name(), e.cfg.Feed.Simulated(), details, e.markets, e.cfg.MinMoverVolume)
+	id := snapshotID(now)
+	if e.warming {
+		// Its own id: the whole snapshot of the same instant, which may
+		// follow when the backfill ends within the refresh, is another.
+		id += "-b"
+	}
+	s := Build(id, now, e.cfg.Feed.Name(), e.cfg.Feed.Simulated(), details, e.markets, e.cfg.MinMoverVolume)
 	s.Backfilling = e.warming
 	e.mu.Lock()
 	if prev := e.current.Load(); prev != nil && prev.ID != s.ID {
