@@ -17,6 +17,16 @@ type CoinInfo struct {
 	ListedAt time.Time
 }
 
+// Bounds of what a feed's figures can be, in USD: wide enough for any
+// coin (a price of 1e-18 is a billionth of shiba-inu's), narrow enough
+// that a price times any supply they imply, and their interpolations,
+// stay finite. The feeds read a figure beyond them as unknown.
+const (
+	MinPrice  = 1e-18
+	MaxPrice  = 1e15
+	MaxAmount = 1e18 // a market cap, a volume or a supply
+)
+
 // Quote is a feed's latest figures for one coin.
 type Quote struct {
 	CoinID      string

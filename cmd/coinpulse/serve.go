@@ -31,6 +31,7 @@ import (
 	"coinpulse/internal/feed/coingecko"
 	"coinpulse/internal/feed/replay"
 	"coinpulse/internal/feed/sim"
+	"coinpulse/internal/feed/upstream"
 	"coinpulse/internal/market"
 	"coinpulse/internal/meter"
 	"coinpulse/internal/notify"
@@ -87,7 +88,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.IntVar(&c.coingecko.HistoryDays, "coingecko-history-days", coingecko.DefaultHistoryDays, "days of daily history the coingecko feed fetches at a first start (92 to 7320; a free key reaches 365)")
 	fs.StringVar(&c.binance.BaseURL, "binance-url", binance.DefaultURL, "root of Binance's API (Binance.US: https://api.binance.us)")
 	fs.StringVar(&c.binance.Quote, "binance-quote", "USDT", "the quote asset the binance feed prices coins in, served as USD")
-	fs.IntVar(&c.binance.CallsPerMinute, "binance-rate", binance.DefaultCallsPerMinute, "calls a minute the binance feed makes at most (1 to 6000)")
+	fs.IntVar(&c.binance.CallsPerMinute, "binance-rate", binance.DefaultCallsPerMinute, "calls a minute the binance feed makes at most (1 to 2500, and with the refresh within Binance's 6,000 request weight a minute)")
 	fs.IntVar(&c.binance.HistoryDays, "binance-history-days", binance.DefaultHistoryDays, "days of daily history the binance feed fetches at a first start (92 to 7320)")
 	fs.DurationVar(&c.refresh, "refresh", time.Minute, "time between price refreshes (a Go duration such as 1s)")
 	fs.Int64Var(&c.seed, "seed", 1, "seed of the simulated feed")
@@ -126,6 +127,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	c.db = *db
 	given := map[string]bool{} // on the command line or by the environment
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	cgFlag := givenAny(given, "coingecko-url", "coingecko-key-file", "coingecko-coins", "coingecko-rate", "coingecko-history-days")
+	bnFlag := givenAny(given, "binance-url", "binance-quote", "binance-rate", "binance-history-days")
 	switch {
 	case c.feed != "sim" && c.feed != "replay" && c.feed != "coingecko" && c.feed != "binance":
 		return c, fmt.Errorf("--feed %q: sim, replay, coingecko or binance", c.feed)
@@ -137,10 +140,10 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, fmt.Errorf("--seed is for --feed sim; the feed is %s", c.feed)
 	case c.feed != "sim" && given["sim-coins"]:
 		return c, fmt.Errorf("--sim-coins is for --feed sim; the feed is %s", c.feed)
-	case c.feed != "coingecko" && givenAny(given, "coingecko-url", "coingecko-key-file", "coingecko-coins", "coingecko-rate", "coingecko-history-days") != "":
-		return c, fmt.Errorf("--%s is for --feed coingecko; the feed is %s", givenAny(given, "coingecko-url", "coingecko-key-file", "coingecko-coins", "coingecko-rate", "coingecko-history-days"), c.feed)
-	case c.feed != "binance" && givenAny(given, "binance-url", "binance-quote", "binance-rate", "binance-history-days") != "":
-		return c, fmt.Errorf("--%s is for --feed binance; the feed is %s", givenAny(given, "binance-url", "binance-quote", "binance-rate", "binance-history-days"), c.feed)
+	case c.feed != "coingecko" && cgFlag != "":
+		return c, fmt.Errorf("--%s is for --feed coingecko; the feed is %s", cgFlag, c.feed)
+	case c.feed != "binance" && bnFlag != "":
+		return c, fmt.Errorf("--%s is for --feed binance; the feed is %s", bnFlag, c.feed)
 	case c.refresh < 100*time.Millisecond:
 		return c, fmt.Errorf("--refresh %s: must be at least 100ms", c.refresh)
 	case c.refresh > 24*time.Hour:
@@ -214,10 +217,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	}
 	if c.feed == "binance" {
 		if err := c.binance.Validate(); err != nil {
-			var be *binance.ConfigError
-			errors.As(err, &be)
-			flag := map[string]string{"BaseURL": "--binance-url", "Quote": "--binance-quote", "CallsPerMinute": "--binance-rate", "HistoryDays": "--binance-history-days"}[be.Field]
-			return c, fmt.Errorf("%s: %w", flag, err)
+			return c, configFlagError(err, map[string]string{"BaseURL": "--binance-url", "Quote": "--binance-quote", "CallsPerMinute": "--binance-rate", "HistoryDays": "--binance-history-days"})
 		}
 		// Every refresh is one call of every pair's tickers, which Binance
 		// weighs 80 of the 6,000 an address may spend a minute: refreshes
@@ -580,6 +580,16 @@ func givenAny(given map[string]bool, names ...string) string {
 	return ""
 }
 
+// configFlagError names the flag of the Config field a feed refused (an
+// *upstream.ConfigError), by flags.
+func configFlagError(err error, flags map[string]string) error {
+	var ce *upstream.ConfigError
+	if errors.As(err, &ce) {
+		return fmt.Errorf("%s: %w", flags[ce.Field], err)
+	}
+	return err
+}
+
 // checkCoinGecko checks the coingecko feed's flags and reads its key: the
 // feed's own bounds, and a refresh whose quotes alone would take more
 // calls than the rate allows.
@@ -592,11 +602,8 @@ func (c *serveConfig) checkCoinGecko() error {
 		c.coingecko.APIKey = k
 	}
 	if err := c.coingecko.Validate(); err != nil { // a 0 given is refused, not the default
-		var ce *coingecko.ConfigError
-		errors.As(err, &ce)
-		flag := map[string]string{"BaseURL": "--coingecko-url", "APIKey": "--coingecko-key-file", "Coins": "--coingecko-coins",
-			"CallsPerMinute": "--coingecko-rate", "HistoryDays": "--coingecko-history-days"}[ce.Field]
-		return fmt.Errorf("%s: %w", flag, err)
+		return configFlagError(err, map[string]string{"BaseURL": "--coingecko-url", "APIKey": "--coingecko-key-file", "Coins": "--coingecko-coins",
+			"CallsPerMinute": "--coingecko-rate", "HistoryDays": "--coingecko-history-days"})
 	}
 	u, _ := url.Parse(c.coingecko.BaseURL)
 	switch host := u.Hostname(); {

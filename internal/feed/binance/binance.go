@@ -71,14 +71,6 @@ type Config struct {
 	Log            *slog.Logger     // default slog.Default()
 }
 
-// ConfigError is a Config that Validate refused: Field names the field.
-type ConfigError struct {
-	Field string // "BaseURL", "Quote", "CallsPerMinute" or "HistoryDays"
-	Msg   string
-}
-
-func (e *ConfigError) Error() string { return e.Msg }
-
 func (cfg Config) withDefaults() Config {
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultURL
@@ -105,13 +97,13 @@ func (cfg Config) withDefaults() Config {
 func (cfg Config) Validate() error {
 	switch {
 	case !upstream.ValidURL(cfg.BaseURL):
-		return &ConfigError{"BaseURL", fmt.Sprintf("URL %q: want http(s)://host, such as %s", cfg.BaseURL, DefaultURL)}
+		return upstream.Refuse("BaseURL", "URL %q: want http(s)://host, such as %s", cfg.BaseURL, DefaultURL)
 	case !slices.Contains(USDQuotes, cfg.Quote):
-		return &ConfigError{"Quote", fmt.Sprintf("quote asset %q: one of %s, whose prices are served as USD", cfg.Quote, strings.Join(USDQuotes, ", "))}
+		return upstream.Refuse("Quote", "quote asset %q: one of %s, whose prices are served as USD", cfg.Quote, strings.Join(USDQuotes, ", "))
 	case cfg.CallsPerMinute < 1 || cfg.CallsPerMinute > MaxCallsPerMinute:
-		return &ConfigError{"CallsPerMinute", fmt.Sprintf("calls a minute %d: 1 to %d (a candle call weighs 2 of the 6,000 an address may spend a minute)", cfg.CallsPerMinute, MaxCallsPerMinute)}
+		return upstream.Refuse("CallsPerMinute", "calls a minute %d: 1 to %d (a candle call weighs 2 of the 6,000 an address may spend a minute)", cfg.CallsPerMinute, MaxCallsPerMinute)
 	case cfg.HistoryDays < MinHistoryDays || cfg.HistoryDays > MaxHistoryDays:
-		return &ConfigError{"HistoryDays", fmt.Sprintf("history days %d: %d to %d", cfg.HistoryDays, MinHistoryDays, MaxHistoryDays)}
+		return upstream.Refuse("HistoryDays", "history days %d: %d to %d", cfg.HistoryDays, MinHistoryDays, MaxHistoryDays)
 	}
 	return nil
 }
@@ -148,7 +140,6 @@ type Feed struct {
 	quote       string
 	historyDays int
 	now         func() time.Time
-	log         *slog.Logger
 	known       []coinpulse.CoinInfo // the bundled real coins
 
 	base string // the API's host, for String
@@ -184,7 +175,7 @@ func New(cfg Config) (*Feed, error) {
 			Name: "binance", BaseURL: cfg.BaseURL, CallsPerMinute: cfg.CallsPerMinute,
 			RetryBase: cfg.RetryBase, Attempts: cfg.Attempts, HTTP: cfg.HTTP, Log: cfg.Log, Message: apiError,
 		}),
-		quote: cfg.Quote, historyDays: cfg.HistoryDays, now: cfg.Clock, log: cfg.Log, known: known,
+		quote: cfg.Quote, historyDays: cfg.HistoryDays, now: cfg.Clock, known: known,
 		base: strings.TrimSuffix(cfg.BaseURL, "/"),
 	}, nil
 }
@@ -203,9 +194,6 @@ func (f *Feed) String() string {
 
 // RollupFromQuotes: History is a call a coin (see coinpulse.QuotedRollup).
 func (f *Feed) RollupFromQuotes() bool { return true }
-
-// Calls returns how many calls the feed has made.
-func (f *Feed) Calls() int64 { return f.c.Calls() }
 
 // tickers reads the 24 h tickers of every pair.
 func (f *Feed) tickers(ctx context.Context) ([]Ticker, error) {

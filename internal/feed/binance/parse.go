@@ -7,15 +7,16 @@ import (
 	"strconv"
 	"time"
 
+	"coinpulse"
 	"coinpulse/internal/feed/upstream"
 )
 
-// Bounds of what a figure can be; past them it is unknown, as in the
-// other feeds.
+// Bounds of what a figure can be (coinpulse.MinPrice, MaxPrice and
+// MaxAmount); past them it is unknown, as in the other feeds.
 const (
-	minPrice  = 1e-18
-	maxPrice  = 1e15
-	maxAmount = 1e18
+	minPrice  = coinpulse.MinPrice
+	maxPrice  = coinpulse.MaxPrice
+	maxAmount = coinpulse.MaxAmount
 )
 
 // Ticker is the part of an element of GET /api/v3/ticker/24hr the feed

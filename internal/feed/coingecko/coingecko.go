@@ -116,14 +116,6 @@ type fetched struct {
 
 var _ coinpulse.Feed = (*Feed)(nil)
 
-// ConfigError is a Config that New refused: Field names the field.
-type ConfigError struct {
-	Field string // "BaseURL", "APIKey", "Coins", "CallsPerMinute" or "HistoryDays"
-	Msg   string
-}
-
-func (e *ConfigError) Error() string { return e.Msg }
-
 // withDefaults fills in the fields left zero.
 func (cfg Config) withDefaults() Config {
 	if cfg.BaseURL == "" {
@@ -142,19 +134,19 @@ func (cfg Config) withDefaults() Config {
 }
 
 // Validate checks cfg as it is, zeros included (New fills them in
-// first): a *ConfigError names the field refused.
+// first): an *upstream.ConfigError names the field refused.
 func (cfg Config) Validate() error {
 	switch {
 	case !upstream.ValidURL(cfg.BaseURL):
-		return &ConfigError{"BaseURL", fmt.Sprintf("URL %q: want http(s)://host/path, such as %s", cfg.BaseURL, DefaultURL)}
+		return upstream.Refuse("BaseURL", "URL %q: want http(s)://host/path, such as %s", cfg.BaseURL, DefaultURL)
 	case cfg.Coins < 1 || cfg.Coins > MaxCoins:
-		return &ConfigError{"Coins", fmt.Sprintf("coins %d: 1 to %d", cfg.Coins, MaxCoins)}
+		return upstream.Refuse("Coins", "coins %d: 1 to %d", cfg.Coins, MaxCoins)
 	case cfg.CallsPerMinute < 1 || cfg.CallsPerMinute > 60_000:
-		return &ConfigError{"CallsPerMinute", fmt.Sprintf("calls a minute %d: 1 to 60000", cfg.CallsPerMinute)}
+		return upstream.Refuse("CallsPerMinute", "calls a minute %d: 1 to 60000", cfg.CallsPerMinute)
 	case cfg.HistoryDays < MinHistoryDays || cfg.HistoryDays > MaxHistoryDays:
-		return &ConfigError{"HistoryDays", fmt.Sprintf("history days %d: %d to %d", cfg.HistoryDays, MinHistoryDays, MaxHistoryDays)}
+		return upstream.Refuse("HistoryDays", "history days %d: %d to %d", cfg.HistoryDays, MinHistoryDays, MaxHistoryDays)
 	case strings.ContainsAny(cfg.APIKey, "\r\n"):
-		return &ConfigError{"APIKey", "the API key holds a line break"}
+		return upstream.Refuse("APIKey", "the API key holds a line break")
 	}
 	return nil
 }
@@ -209,9 +201,6 @@ func (f *Feed) String() string { return "coingecko/v" + strconv.Itoa(version) }
 // latest quotes when a refresh came late, rather than ask History for
 // every coin: a call a coin at CoinGecko's rate.
 func (f *Feed) RollupFromQuotes() bool { return true }
-
-// Calls returns how many calls the feed has made.
-func (f *Feed) Calls() int64 { return f.c.Calls() }
 
 // BackfillCalls is how many calls a first start's backfill of n coins
 // makes.

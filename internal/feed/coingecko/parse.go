@@ -11,16 +11,17 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"coinpulse"
 	"coinpulse/internal/feed/upstream"
 )
 
-// Bounds of what a figure can be. An amount past them, or a price below
-// minPrice, is read as unknown, as the replay feed reads them: CoinGecko
-// has served 1e-35 USD prices for dead tokens.
+// Bounds of what a figure can be (coinpulse.MinPrice, MaxPrice and
+// MaxAmount): a figure past them is read as unknown, as the replay feed
+// reads them; CoinGecko has served 1e-35 USD prices for dead tokens.
 const (
-	minPrice  = 1e-18
-	maxPrice  = 1e15
-	maxAmount = 1e18
+	minPrice  = coinpulse.MinPrice
+	maxPrice  = coinpulse.MaxPrice
+	maxAmount = coinpulse.MaxAmount
 )
 
 // Market is the part of an element of GET /coins/markets the feed reads.

@@ -11,6 +11,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"coinpulse"
 )
 
 // Row is one line of a coin's price file: the coin's figures at Time, all
@@ -32,14 +34,11 @@ var coinHeader = []string{"timestamp", "readableTimestamp", "coinId", "price", "
 // maxRows bounds a coin's file: a century of hourly rows.
 const maxRows = 100 * 366 * 24
 
-// Bounds of the figures, in USD: wide enough for any coin (a price of
-// 1e-18 is a billionth of shiba-inu's), narrow enough that a price times
-// any supply they imply, and their interpolations, stay finite. A figure
-// beyond them is read as unknown.
+// Bounds of the figures: coinpulse.MinPrice, MaxPrice and MaxAmount.
 const (
-	minPrice  = 1e-18
-	maxPrice  = 1e15
-	maxAmount = 1e18 // a market cap or a volume
+	minPrice  = coinpulse.MinPrice
+	maxPrice  = coinpulse.MaxPrice
+	maxAmount = coinpulse.MaxAmount
 )
 
 // ParseCoin reads a coin's price file: the header line, then one row a

@@ -38,9 +38,8 @@ type Client struct {
 	log       *slog.Logger
 	message   func(body []byte) string
 
-	mu    sync.Mutex
-	next  time.Time // the earliest the next call may start
-	calls int64
+	mu   sync.Mutex
+	next time.Time // the earliest the next call may start
 }
 
 // Config configures a Client.
@@ -87,6 +86,20 @@ func New(cfg Config) *Client {
 	}
 }
 
+// ConfigError is a feed's configuration refused: Field names the field
+// of its Config ("BaseURL", "Coins", …), for the caller to name the flag.
+type ConfigError struct {
+	Field string
+	Msg   string
+}
+
+func (e *ConfigError) Error() string { return e.Msg }
+
+// Refuse returns a *ConfigError for field, its message formatted.
+func Refuse(field, format string, args ...any) error {
+	return &ConfigError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
 // ValidURL reports whether raw can be an API's root: http(s), a host, no
 // query or fragment.
 func ValidURL(raw string) bool {
@@ -99,13 +112,6 @@ func (c *Client) Base() string { return c.base }
 
 // Header returns a copy of the header sent with every call.
 func (c *Client) Header() http.Header { return c.header.Clone() }
-
-// Calls returns how many calls the client has made.
-func (c *Client) Calls() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.calls
-}
 
 // StatusError is an answer the API refused with; a retry would not mend
 // it (but a 429's or a 5xx's, which the client retries first).
@@ -131,7 +137,6 @@ func (c *Client) wait(ctx context.Context) error {
 		at = now
 	}
 	c.next = at.Add(c.interval)
-	c.calls++
 	c.mu.Unlock()
 	return sleep(ctx, at.Sub(now))
 }
