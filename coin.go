@@ -10,7 +10,7 @@ type CoinInfo struct {
 	ID                string
 	Symbol            string // lower case, as CoinGecko
 	Name              string
-	CirculatingSupply float64
+	CirculatingSupply float64  // 0: unknown
 	TotalSupply       *float64 // nil: unknown
 	MaxSupply         *float64 // nil: no cap, or unknown
 	// ListedAt is where the coin's history begins.
@@ -34,29 +34,35 @@ type Quote struct {
 	TotalVolume float64 // 24 h, in USD
 	// NoVolume: the feed does not know the volume (TotalVolume is 0).
 	NoVolume bool
-	// MarketCap in USD; 0 means price × circulating supply.
+	// MarketCap in USD; 0 means price × circulating supply, and the
+	// market cap is unknown when that is 0 too.
 	MarketCap float64
 	Time      time.Time
 }
 
 // MarketItem is one element of GET /markets: the description's full market
 // item plus volume_24h (the short variant's name for total_volume), so both
-// item variants are served. Pointers are null when the value is not known.
+// item variants are served. Pointers are null when the value is not known:
+// a coin whose market cap is not known has no market cap rank either.
 type MarketItem struct {
 	ID                       string    `json:"id"`
 	Symbol                   string    `json:"symbol"`
 	Name                     string    `json:"name"`
 	CurrentPrice             float64   `json:"current_price"`
-	MarketCap                float64   `json:"market_cap"`
-	MarketCapRank            int       `json:"market_cap_rank"`
+	MarketCap                *float64  `json:"market_cap"`
+	MarketCapRank            *int      `json:"market_cap_rank"`
 	TotalVolume              *float64  `json:"total_volume"`
 	Volume24h                *float64  `json:"volume_24h"`
 	PriceChange24h           *float64  `json:"price_change_24h"`
 	PriceChangePercentage24h *float64  `json:"price_change_percentage_24h"`
-	CirculatingSupply        float64   `json:"circulating_supply"`
+	CirculatingSupply        *float64  `json:"circulating_supply"`
 	ATH                      float64   `json:"ath"`
 	ATL                      float64   `json:"atl"`
 	LastUpdated              time.Time `json:"last_updated"`
+	// Place is the coin's place in the default order, from 1: by market
+	// cap, the coins of unknown market cap last, ties by id. It is the
+	// market cap rank where that is known, and the order's tie-breaker.
+	Place int `json:"-"`
 }
 
 // CoinDetail is GET /coins/{idOrSymbol}: every market item field and more.
@@ -85,7 +91,7 @@ type CoinDetail struct {
 type CoinRef struct {
 	ID            string `json:"id"`
 	Name          string `json:"name"`
-	MarketCapRank int    `json:"market_cap_rank"`
+	MarketCapRank *int   `json:"market_cap_rank"`
 }
 
 // GlobalStats is GET /markets/global.
@@ -116,7 +122,8 @@ func (i Interval) Step() time.Duration {
 	return 24 * time.Hour
 }
 
-// HistoryPoint is one point of a coin's price history.
+// HistoryPoint is one point of a coin's price history. A market cap or a
+// volume of 0 is one the feed does not know (the API serves it as null).
 type HistoryPoint struct {
 	Timestamp   time.Time `json:"timestamp"`
 	Price       float64   `json:"price"`

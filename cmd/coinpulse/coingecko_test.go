@@ -20,6 +20,8 @@ func TestServeCoinGecko(t *testing.T) {
 	up := cgtest.Start(t, coins)
 	up.Key = "CG-test-key"
 	up.ChartDelay = 30 * time.Millisecond // 60 calls: a backfill of about a second
+	noCap := coins[3].ID
+	up.NoCap(noCap)
 	keyFile := filepath.Join(t.TempDir(), "key")
 	os.WriteFile(keyFile, []byte(up.Key+"\n"), 0o600)
 	args := []string{"--data-dir", t.TempDir(), "--feed", "coingecko", "--coingecko-url", up.URL, "--coingecko-key-file", keyFile,
@@ -79,6 +81,29 @@ func TestServeCoinGecko(t *testing.T) {
 	pts, _ = data["points"].([]any)
 	if status != 200 || len(pts) < 363 {
 		t.Fatalf("daily history: %d, %d points", status, len(pts))
+	}
+	// A coin whose market cap CoinGecko does not know has none, no rank
+	// and no supply, comes last, and its history's market caps are null.
+	status, body = s.get(t, "/api/v1/coins/"+noCap, key)
+	d, _ := body["data"].(map[string]any)
+	if status != 200 || d["market_cap"] != nil || d["market_cap_rank"] != nil || d["circulating_supply"] != nil || d["market_cap_change_24h"] != nil || d["current_price"] == nil {
+		t.Errorf("%s: %d %v; want a price but a null market cap, rank, supply and change", noCap, status, d)
+	}
+	status, body = s.get(t, "/api/v1/markets?per_page=20", key)
+	items, _ := body["data"].([]any)
+	if status != 200 || len(items) != 20 || items[19].(map[string]any)["id"] != noCap || items[18].(map[string]any)["market_cap_rank"] != 19.0 {
+		t.Errorf("markets: %d, %d items, want %s last, unranked, after rank 19", status, len(items), noCap)
+	}
+	status, body = s.get(t, "/api/v1/coins/"+noCap+"/history?days=7", key)
+	data, _ = body["data"].(map[string]any)
+	pts, _ = data["points"].([]any)
+	if status != 200 || len(pts) < 7 {
+		t.Fatalf("%s history: %d, %d points", noCap, status, len(pts))
+	}
+	for _, p := range pts {
+		if pt := p.(map[string]any); pt["market_cap"] != nil || pt["total_volume"] == nil || pt["price"] == nil {
+			t.Fatalf("%s history point %v, want a null market cap only", noCap, pt)
+		}
 	}
 	s.stop(t)
 

@@ -46,6 +46,23 @@ func TestServeReplay(t *testing.T) {
 	if first := pts[0].(map[string]any); first["timestamp"] != "2021-01-01T00:00:00Z" || first["price"] != 29022.41839530417 {
 		t.Errorf("bitcoin's first point %v, want the recording's first row (2021-01-01, 29022.41839530417)", first)
 	}
+	// coins/cdai.csv records a volume of 0 (unknown) on 2021-10-01: the
+	// history point of that day has a null volume.
+	status, body = s.get(t, "/api/v1/coins/cdai/history?days=max&interval=daily", key)
+	data, _ = body["data"].(map[string]any)
+	pts, _ = data["points"].([]any)
+	found := false
+	for _, p := range pts {
+		if pt := p.(map[string]any); pt["timestamp"] == "2021-10-01T00:00:00Z" {
+			found = true
+			if pt["total_volume"] != nil || pt["market_cap"] == nil {
+				t.Errorf("cdai on 2021-10-01: %v, want a null volume and a market cap", pt)
+			}
+		}
+	}
+	if status != 200 || !found {
+		t.Errorf("cdai history: %d, %d points, none of 2021-10-01", status, len(pts))
+	}
 	if status, body := s.get(t, "/api/v1/coins/sim-aaaa", key); status != 404 {
 		t.Errorf("a sim coin under replay: %d %v", status, body)
 	}

@@ -22,7 +22,8 @@ func snapshot(at time.Time, prices map[string]float64) *market.Snapshot {
 	var ds []coinpulse.CoinDetail
 	for id, p := range prices {
 		var d coinpulse.CoinDetail
-		d.ID, d.Symbol, d.Name, d.CurrentPrice, d.MarketCap = id, id[:3], id, p, p*1000
+		mcap := p * 1000
+		d.ID, d.Symbol, d.Name, d.CurrentPrice, d.MarketCap = id, id[:3], id, p, &mcap
 		ds = append(ds, d)
 	}
 	snapSeq++

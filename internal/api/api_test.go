@@ -366,8 +366,8 @@ func TestMarketOrders(t *testing.T) {
 		order string
 		less  func(a, b coinpulse.MarketItem) bool // a must not come after b
 	}{
-		{"market_cap_desc", func(a, b coinpulse.MarketItem) bool { return a.MarketCap >= b.MarketCap }},
-		{"market_cap_asc", func(a, b coinpulse.MarketItem) bool { return a.MarketCap <= b.MarketCap }},
+		{"market_cap_desc", func(a, b coinpulse.MarketItem) bool { return *a.MarketCap >= *b.MarketCap }},
+		{"market_cap_asc", func(a, b coinpulse.MarketItem) bool { return *a.MarketCap <= *b.MarketCap }},
 		{"volume_desc", func(a, b coinpulse.MarketItem) bool { return *a.TotalVolume >= *b.TotalVolume }},
 		{"price_desc", func(a, b coinpulse.MarketItem) bool { return a.CurrentPrice >= b.CurrentPrice }},
 	} {
@@ -499,8 +499,8 @@ func TestCoinDetail(t *testing.T) {
 	srv := testServer(t)
 	key := proKey(t)
 	d := decode[coinpulse.CoinDetail](t, do(t, srv, "GET", "/api/v1/coins/BTC", key))
-	if d.ID != "bitcoin" || d.ResolvedBy != "symbol" || d.MarketCapRank != 1 {
-		t.Errorf("BTC resolved to %s by %s rank %d", d.ID, d.ResolvedBy, d.MarketCapRank)
+	if d.ID != "bitcoin" || d.ResolvedBy != "symbol" || d.MarketCapRank == nil || *d.MarketCapRank != 1 {
+		t.Errorf("BTC resolved to %s by %s rank %v", d.ID, d.ResolvedBy, d.MarketCapRank)
 	}
 	if d.High24h == nil || *d.High24h < d.CurrentPrice || d.Low24h == nil || *d.Low24h > d.CurrentPrice || d.ATH < d.CurrentPrice || d.ATL > d.CurrentPrice {
 		t.Errorf("bitcoin extremes inconsistent: %+v", d)
@@ -514,7 +514,7 @@ func TestCoinDetail(t *testing.T) {
 		t.Errorf("ton: resolved_by %s, alternatives %v", ton.ResolvedBy, ton.Alternatives)
 	}
 	for _, a := range ton.Alternatives {
-		if a.MarketCapRank <= ton.MarketCapRank {
+		if *a.MarketCapRank <= *ton.MarketCapRank {
 			t.Errorf("alternative %s ranks above the chosen %s", a.ID, ton.ID)
 		}
 	}

@@ -323,11 +323,36 @@ func (s *Server) coinDetail(w http.ResponseWriter, r *http.Request) error {
 
 // historyData is the data of GET /coins/{idOrSymbol}/history.
 type historyData struct {
-	ID       string                   `json:"id"`
-	Symbol   string                   `json:"symbol"`
-	Days     any                      `json:"days"`
-	Interval coinpulse.Interval       `json:"interval"`
-	Points   []coinpulse.HistoryPoint `json:"points"`
+	ID       string             `json:"id"`
+	Symbol   string             `json:"symbol"`
+	Days     any                `json:"days"`
+	Interval coinpulse.Interval `json:"interval"`
+	Points   []historyPoint     `json:"points"`
+}
+
+// historyPoint is a coinpulse.HistoryPoint as served: a market cap or a
+// volume the feed does not know (0 in the store) is null.
+type historyPoint struct {
+	Timestamp   time.Time `json:"timestamp"`
+	Price       float64   `json:"price"`
+	MarketCap   *float64  `json:"market_cap"`
+	TotalVolume *float64  `json:"total_volume"`
+}
+
+// historyPoints serves pts; the pointers point into pts.
+func historyPoints(pts []coinpulse.HistoryPoint) []historyPoint {
+	out := make([]historyPoint, len(pts))
+	for i := range pts {
+		p := &pts[i]
+		out[i] = historyPoint{Timestamp: p.Timestamp, Price: p.Price}
+		if p.MarketCap > 0 {
+			out[i].MarketCap = &p.MarketCap
+		}
+		if p.TotalVolume > 0 {
+			out[i].TotalVolume = &p.TotalVolume
+		}
+	}
+	return out
 }
 
 // GET /coins/{idOrSymbol}/history, GET /markets/{id}/history
@@ -359,7 +384,7 @@ func (s *Server) coinHistory(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return nil, err
 		}
-		out := historyData{ID: d.ID, Symbol: d.Symbol, Days: days, Interval: coinpulse.Interval(interval), Points: pts}
+		out := historyData{ID: d.ID, Symbol: d.Symbol, Days: days, Interval: coinpulse.Interval(interval), Points: historyPoints(pts)}
 		if days == 0 {
 			out.Days = "max"
 		}

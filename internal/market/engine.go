@@ -658,8 +658,11 @@ func (e *Engine) History(ctx context.Context, s *Snapshot, coinID string, days i
 		return nil, err
 	}
 	if n := len(pts); n == 0 || pts[n-1].Timestamp.Before(c.LastUpdated) {
-		p := coinpulse.HistoryPoint{Timestamp: c.LastUpdated, Price: c.CurrentPrice, MarketCap: c.MarketCap}
-		if c.TotalVolume != nil { // a history point's volume is a number: 0 when unknown
+		p := coinpulse.HistoryPoint{Timestamp: c.LastUpdated, Price: c.CurrentPrice}
+		if c.MarketCap != nil { // a history point's figures are 0 when unknown
+			p.MarketCap = *c.MarketCap
+		}
+		if c.TotalVolume != nil {
 			p.TotalVolume = *c.TotalVolume
 		}
 		pts = append(pts, p)

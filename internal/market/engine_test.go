@@ -397,8 +397,8 @@ func TestEngineLoadBackfills(t *testing.T) {
 	}
 
 	btc := lookup(t, s, "bitcoin")
-	if btc.MarketCapRank != 1 || btc.ResolvedBy != "id" {
-		t.Errorf("bitcoin rank %d resolved by %q, want 1, id", btc.MarketCapRank, btc.ResolvedBy)
+	if btc.MarketCapRank == nil || *btc.MarketCapRank != 1 || btc.ResolvedBy != "id" {
+		t.Errorf("bitcoin rank %v resolved by %q, want 1, id", btc.MarketCapRank, btc.ResolvedBy)
 	}
 	if dailyFrom["bitcoin"] != btc.HistoryStart {
 		t.Errorf("bitcoin daily backfill from %v, want its listing %v", dailyFrom["bitcoin"], btc.HistoryStart)
@@ -458,7 +458,7 @@ func TestEngineLoadBackfills(t *testing.T) {
 			t.Errorf("History(bitcoin, %d days, %s) starts at %v, then %v; want the last point at or before %v first", tt.days, tt.interval, pts[0].Timestamp, pts[1].Timestamp, from)
 		}
 		last := pts[len(pts)-1]
-		if !last.Timestamp.Equal(start) || last.Price != price || last.MarketCap != btc.MarketCap {
+		if !last.Timestamp.Equal(start) || last.Price != price || last.MarketCap != *btc.MarketCap {
 			t.Errorf("History(bitcoin, %d days, %s) ends with %+v, want the current price %v at %v", tt.days, tt.interval, last, price, start)
 		}
 		for i := 1; i < len(pts)-1; i++ {
@@ -579,8 +579,8 @@ func TestEngineRollup(t *testing.T) {
 		}
 		p := storedHistory(t, env.store, "bitcoin", coinpulse.Hourly, hour.Add(time.Hour), hour.Add(time.Hour))
 		btc := lookup(t, s, "bitcoin")
-		if len(p) != 1 || p[0].Price != btc.CurrentPrice || p[0].MarketCap != btc.MarketCap || p[0].TotalVolume != *btc.TotalVolume {
-			t.Errorf("rolled-up point = %+v, want the latest quote %v / %v / %v", p, btc.CurrentPrice, btc.MarketCap, *btc.TotalVolume)
+		if len(p) != 1 || p[0].Price != btc.CurrentPrice || p[0].MarketCap != *btc.MarketCap || p[0].TotalVolume != *btc.TotalVolume {
+			t.Errorf("rolled-up point = %+v, want the latest quote %v / %v / %v", p, btc.CurrentPrice, *btc.MarketCap, *btc.TotalVolume)
 		}
 		if calls := env.feed.take(); len(calls) != 0 {
 			t.Errorf("rollup of one hour asked the feed for %d histories (%+v ...), want none", len(calls), calls[0])
@@ -1170,7 +1170,7 @@ func TestEngineQuotedRollup(t *testing.T) {
 	s := env.tick(t, h.Add(7*time.Minute))
 	got := storedHistory(t, store, "bitcoin", coinpulse.Hourly, h, h)
 	btc := lookup(t, s, "bitcoin")
-	if len(got) != 1 || got[0].Price != btc.CurrentPrice || got[0].MarketCap != btc.MarketCap {
+	if len(got) != 1 || got[0].Price != btc.CurrentPrice || got[0].MarketCap != *btc.MarketCap {
 		t.Errorf("the point of an hour ticked late: %+v, want the tick's quote %v", got, btc.CurrentPrice)
 	}
 	if calls := feed.take(); len(calls) != 0 {

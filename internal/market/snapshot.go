@@ -106,22 +106,26 @@ func Build(id string, asOf time.Time, feed string, simulated bool, details []coi
 	for i := range details {
 		s.coins[i] = &details[i]
 	}
+	// An unknown market cap (nil) sorts after every known one, as −1.
 	slices.SortFunc(s.coins, func(a, b *coinpulse.CoinDetail) int {
-		if c := cmp.Compare(b.MarketCap, a.MarketCap); c != 0 {
+		if c := cmp.Compare(marketCap(b), marketCap(a)); c != 0 {
 			return c
 		}
 		return strings.Compare(a.ID, b.ID)
 	})
 	s.lower = make([]searchKey, len(s.coins))
 	for i, c := range s.coins {
-		c.MarketCapRank = i + 1
+		c.Place = i + 1
+		if c.MarketCap != nil {
+			c.MarketCapRank = &c.Place
+		}
 		s.byID[c.ID] = c
 		s.bySymbol[c.Symbol] = append(s.bySymbol[c.Symbol], c)
 		k := searchKey{symbol: strings.ToLower(c.Symbol), name: strings.ToLower(c.Name), id: strings.ToLower(c.ID)}
 		k.all = k.symbol + "\x00" + k.name + "\x00" + k.id
 		s.lower[i] = k
 	}
-	byRank := func(a, b *coinpulse.CoinDetail) int { return a.MarketCapRank - b.MarketCapRank }
+	byRank := func(a, b *coinpulse.CoinDetail) int { return a.Place - b.Place }
 	sorted := func(key func(a, b *coinpulse.CoinDetail) int) []*coinpulse.CoinDetail {
 		out := slices.Clone(s.coins)
 		slices.SortStableFunc(out, func(a, b *coinpulse.CoinDetail) int {
@@ -133,7 +137,13 @@ func Build(id string, asOf time.Time, feed string, simulated bool, details []coi
 		return out
 	}
 	s.orders[MarketCapDesc] = s.coins
-	s.orders[MarketCapAsc] = sorted(func(a, b *coinpulse.CoinDetail) int { return cmp.Compare(a.MarketCap, b.MarketCap) })
+	// Ascending too, an unknown market cap comes after every known one.
+	s.orders[MarketCapAsc] = sorted(func(a, b *coinpulse.CoinDetail) int {
+		if (a.MarketCap == nil) != (b.MarketCap == nil) {
+			return cmp.Compare(marketCap(b), marketCap(a))
+		}
+		return cmp.Compare(marketCap(a), marketCap(b))
+	})
 	// An unknown volume sorts after every known one.
 	s.orders[VolumeDesc] = sorted(func(a, b *coinpulse.CoinDetail) int { return cmp.Compare(volume(b), volume(a)) })
 	s.orders[PriceDesc] = sorted(func(a, b *coinpulse.CoinDetail) int { return cmp.Compare(b.CurrentPrice, a.CurrentPrice) })
@@ -154,6 +164,14 @@ func Build(id string, asOf time.Time, feed string, simulated bool, details []coi
 	return s
 }
 
+// marketCap is a coin's market cap, −1 when it is not known.
+func marketCap(c *coinpulse.CoinDetail) float64 {
+	if c.MarketCap == nil {
+		return -1
+	}
+	return *c.MarketCap
+}
+
 // volume is a coin's 24 h volume, −1 when it is not known.
 func volume(c *coinpulse.CoinDetail) float64 {
 	if c.TotalVolume == nil {
@@ -169,19 +187,21 @@ func global(coins []*coinpulse.CoinDetail, markets *int) coinpulse.GlobalStats {
 	// both sides, rather than making the whole figure unknown.
 	var before, after float64
 	for _, c := range coins {
-		g.TotalMarketCap += c.MarketCap
+		if c.MarketCap != nil {
+			g.TotalMarketCap += *c.MarketCap
+		}
 		if c.TotalVolume != nil {
 			g.TotalVolume24h += *c.TotalVolume
 		}
-		if c.MarketCapChange24h != nil {
-			before += c.MarketCap - *c.MarketCapChange24h
-			after += c.MarketCap
+		if c.MarketCap != nil && c.MarketCapChange24h != nil {
+			before += *c.MarketCap - *c.MarketCapChange24h
+			after += *c.MarketCap
 		}
 	}
 	share := func(id string) *float64 {
 		for _, c := range coins {
-			if c.ID == id && g.TotalMarketCap > 0 {
-				v := c.MarketCap / g.TotalMarketCap * 100
+			if c.ID == id && c.MarketCap != nil && g.TotalMarketCap > 0 {
+				v := *c.MarketCap / g.TotalMarketCap * 100
 				return &v
 			}
 		}

@@ -1,12 +1,14 @@
 package market
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +21,16 @@ import (
 var asOf = time.Date(2026, 3, 10, 12, 34, 0, 0, time.UTC)
 
 func f64(v float64) *float64 { return &v }
+
+func rank(v int) *int { return &v }
+
+// known is v, nil when it is 0: how the engine serves a market cap.
+func known(v float64) *float64 {
+	if v == 0 {
+		return nil
+	}
+	return &v
+}
 
 // coin is a hand-made detail; change is the 24 h price change %, nil when
 // unknown.
@@ -33,10 +45,10 @@ func details(cs ...coin) []coinpulse.CoinDetail {
 	for i, c := range cs {
 		out[i] = coinpulse.CoinDetail{MarketItem: coinpulse.MarketItem{
 			ID: c.id, Symbol: c.symbol, Name: c.name,
-			CurrentPrice: c.price, MarketCap: c.mcap, TotalVolume: f64(c.volume), Volume24h: f64(c.volume),
+			CurrentPrice: c.price, MarketCap: known(c.mcap), TotalVolume: f64(c.volume), Volume24h: f64(c.volume),
 			PriceChangePercentage24h: c.change, LastUpdated: asOf,
 		}}
-		if c.change != nil {
+		if c.change != nil && c.mcap != 0 {
 			out[i].MarketCapChange24h = f64(c.mcap - c.mcap/(1+*c.change/100))
 		}
 	}
@@ -56,11 +68,20 @@ func ids(cs []*coinpulse.CoinDetail) []string {
 	return out
 }
 
-// rankedIDs is "id#rank" for each coin, so a diff shows both.
+// rankedIDs is "id#rank" for each coin, so a diff shows both; "id#-"
+// for a coin without a market cap rank, with its place.
 func rankedIDs(cs []*coinpulse.CoinDetail) []string {
 	out := make([]string, len(cs))
 	for i, c := range cs {
-		out[i] = c.ID + "#" + strconv.Itoa(c.MarketCapRank)
+		if c.MarketCapRank == nil {
+			out[i] = c.ID + "#-" + strconv.Itoa(c.Place)
+			continue
+		}
+		if *c.MarketCapRank != c.Place {
+			out[i] = c.ID + "#rank-not-place"
+			continue
+		}
+		out[i] = c.ID + "#" + strconv.Itoa(*c.MarketCapRank)
 	}
 	return out
 }
@@ -114,8 +135,8 @@ func TestBuildRanking(t *testing.T) {
 	t.Run("lookups share the ranks", func(t *testing.T) {
 		for id, want := range map[string]int{"bravo": 1, "charlie": 2, "alpha": 3, "delta": 4, "echo": 5} {
 			d, ok := s.Lookup(id)
-			if !ok || d.MarketCapRank != want {
-				t.Errorf("Lookup(%q) rank = %d, %v; want %d, true", id, d.MarketCapRank, ok, want)
+			if !ok || d.MarketCapRank == nil || *d.MarketCapRank != want {
+				t.Errorf("Lookup(%q) rank = %v, %v; want %d, true", id, d.MarketCapRank, ok, want)
 			}
 		}
 	})
@@ -274,8 +295,8 @@ func TestSearch(t *testing.T) {
 				t.Errorf("Search(coin, %d) = %d results, want %d", limit, len(got), limit)
 			}
 			for i := 1; i < len(got); i++ {
-				if got[i].MarketCapRank <= got[i-1].MarketCapRank {
-					t.Errorf("Search(coin, %d): result %d rank %d after rank %d, want by rank", limit, i, got[i].MarketCapRank, got[i-1].MarketCapRank)
+				if got[i].Place <= got[i-1].Place {
+					t.Errorf("Search(coin, %d): result %d rank %d after rank %d, want by rank", limit, i, got[i].Place, got[i-1].Place)
 				}
 			}
 		}
@@ -378,20 +399,20 @@ func TestLookup(t *testing.T) {
 		{"BTC", true, "bitcoin", "symbol", []coinpulse.CoinRef{}},
 		{"btc", true, "bitcoin", "symbol", []coinpulse.CoinRef{}},
 		{"TON-Clone", true, "ton-clone", "id", []coinpulse.CoinRef{
-			{ID: "the-open-network", Name: "Toncoin", MarketCapRank: 2},
-			{ID: "tokamak-network", Name: "Tokamak Network", MarketCapRank: 3},
+			{ID: "the-open-network", Name: "Toncoin", MarketCapRank: rank(2)},
+			{ID: "tokamak-network", Name: "Tokamak Network", MarketCapRank: rank(3)},
 		}},
 		{"tokamak-network", true, "tokamak-network", "id", []coinpulse.CoinRef{
-			{ID: "the-open-network", Name: "Toncoin", MarketCapRank: 2},
-			{ID: "ton-clone", Name: "Ton Clone", MarketCapRank: 4},
+			{ID: "the-open-network", Name: "Toncoin", MarketCapRank: rank(2)},
+			{ID: "ton-clone", Name: "Ton Clone", MarketCapRank: rank(4)},
 		}},
 		// an exact id wins over a symbol shared by larger coins
 		{"ton", true, "ton", "id", []coinpulse.CoinRef{}},
 		{"TONIC", true, "ton", "symbol", []coinpulse.CoinRef{}},
 		// a symbol in another case wins over an id in another case
 		{"TON", true, "the-open-network", "symbol", []coinpulse.CoinRef{
-			{ID: "tokamak-network", Name: "Tokamak Network", MarketCapRank: 3},
-			{ID: "ton-clone", Name: "Ton Clone", MarketCapRank: 4},
+			{ID: "tokamak-network", Name: "Tokamak Network", MarketCapRank: rank(3)},
+			{ID: "ton-clone", Name: "Ton Clone", MarketCapRank: rank(4)},
 		}},
 		{"unknown", false, "", "", nil},
 		{"", false, "", "", nil},
@@ -426,7 +447,7 @@ func TestLookup(t *testing.T) {
 			coin{id: "large", symbol: "dup", name: "Large", mcap: 100},
 		)
 		d, ok = s.Lookup("Dup")
-		want := []coinpulse.CoinRef{{ID: "small", Name: "Small", MarketCapRank: 2}}
+		want := []coinpulse.CoinRef{{ID: "small", Name: "Small", MarketCapRank: rank(2)}}
 		if !ok || d.ID != "large" || d.ResolvedBy != "symbol" {
 			t.Fatalf("Lookup(Dup) = %s by %q, %v; want large by symbol", d.ID, d.ResolvedBy, ok)
 		}
@@ -534,6 +555,54 @@ func TestGlobal(t *testing.T) {
 			t.Errorf("MarketCapChangePercentage24h = %v, want 20", g.MarketCapChangePercentage24h)
 		}
 	})
+}
+
+// A coin whose market cap is not known (nil) has no rank: it comes after
+// every ranked coin in both market cap orders, by id, keeps its place as
+// a tie-breaker in the others, and counts for nothing in the global
+// figures.
+func TestBuildUnknownMarketCap(t *testing.T) {
+	s := build(t,
+		coin{id: "zulu", symbol: "dup", name: "Zulu", volume: 5, price: 2, change: f64(1)},
+		coin{id: "bitcoin", symbol: "btc", name: "Bitcoin", volume: 1, price: 9, change: f64(3)},
+		coin{id: "alpha", symbol: "a", name: "Alpha", mcap: 100, volume: 5, price: 1, change: f64(10)},
+		coin{id: "bravo", symbol: "dup", name: "Bravo", mcap: 300, volume: 1, price: 1, change: f64(20)},
+	)
+	for _, tt := range []struct {
+		order Order
+		want  []string
+	}{
+		{MarketCapDesc, []string{"bravo#1", "alpha#2", "bitcoin#-3", "zulu#-4"}},
+		{MarketCapAsc, []string{"alpha#2", "bravo#1", "bitcoin#-3", "zulu#-4"}},
+		{VolumeDesc, []string{"alpha#2", "zulu#-4", "bravo#1", "bitcoin#-3"}},
+		{PriceDesc, []string{"bitcoin#-3", "zulu#-4", "bravo#1", "alpha#2"}},
+	} {
+		items, _ := s.Page(tt.order, 1, 100)
+		if diff := cmp.Diff(tt.want, rankedIDs(items)); diff != "" {
+			t.Errorf("order %s (-want +got):\n%s", tt.order, diff)
+		}
+	}
+	g := s.Global
+	if g.TotalMarketCap != 400 || g.BitcoinDominance != nil || g.ActiveCryptocurrencies != 4 {
+		t.Errorf("Global = %+v, want a total market cap of 400, no bitcoin dominance, 4 coins", g)
+	}
+	// 400 now, 100/1.1 + 300/1.2 before: the unknown ones count on neither side.
+	if want := (400 - (100/1.1 + 300/1.2)) / (100/1.1 + 300/1.2) * 100; g.MarketCapChangePercentage24h == nil || math.Abs(*g.MarketCapChangePercentage24h-want) > 1e-9 {
+		t.Errorf("MarketCapChangePercentage24h = %v, want %v", g.MarketCapChangePercentage24h, want)
+	}
+	d, ok := s.Lookup("dup")
+	if !ok || d.ID != "bravo" || len(d.Alternatives) != 1 || d.Alternatives[0].MarketCapRank != nil {
+		t.Fatalf("Lookup(dup) = %s, %+v; want bravo with zulu, unranked, as its alternative", d.ID, d.Alternatives)
+	}
+	b, err := json.Marshal(d.Alternatives[0])
+	if err != nil || !strings.Contains(string(b), `"market_cap_rank":null`) {
+		t.Errorf("alternative = %s, %v; want a null market_cap_rank", b, err)
+	}
+	z := s.Coin("zulu")
+	b, err = json.Marshal(z.MarketItem)
+	if err != nil || !strings.Contains(string(b), `"market_cap":null,"market_cap_rank":null`) {
+		t.Errorf("zulu = %s, %v; want a null market cap and rank", b, err)
+	}
 }
 
 func TestMemo(t *testing.T) {

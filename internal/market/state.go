@@ -84,7 +84,8 @@ func (r *ring[T]) reset(t int64) {
 
 // at returns the ring's value at t: interpolated linearly between the
 // points either side of t, or the last point when t is at or after it,
-// by less than a step (mcap is 0 without Caps). So a change "over 24
+// by less than a step (mcap is 0 without Caps, and when a market cap it
+// would be drawn from is 0, unknown). So a change "over 24
 // hours" is measured from now − 24 h, not from the last point before it,
 // up to a step further back. ok is false before the first point, and a
 // step or more after the last: a ring that stopped then (a start after a
@@ -103,7 +104,7 @@ func (r *ring[T]) at(t int64) (price, mcap float64, ok bool) {
 	}
 	f := float64(t-(r.Start+int64(i)*r.Step)) / float64(r.Step)
 	lerp := func(a, b T) float64 { return float64(a) + (float64(b)-float64(a))*f }
-	if r.Caps {
+	if r.Caps && r.Cap[i] != 0 && r.Cap[i+1] != 0 {
 		mcap = lerp(r.Cap[i], r.Cap[i+1])
 	}
 	return lerp(r.Price[i], r.Price[i+1]), mcap, true
@@ -183,9 +184,8 @@ func (c *coinState) detail(now time.Time) coinpulse.CoinDetail {
 	d := coinpulse.CoinDetail{
 		MarketItem: coinpulse.MarketItem{
 			ID: c.Info.ID, Symbol: c.Info.Symbol, Name: c.Info.Name,
-			CurrentPrice: c.Price, MarketCap: c.MarketCap,
-			CirculatingSupply: c.Info.CirculatingSupply,
-			ATH:               c.ATH, ATL: c.ATL,
+			CurrentPrice: c.Price,
+			ATH:          c.ATH, ATL: c.ATL,
 			LastUpdated: c.Updated,
 		},
 		ATHDate: c.ATHDate, ATLDate: c.ATLDate,
@@ -195,6 +195,13 @@ func (c *coinState) detail(now time.Time) coinpulse.CoinDetail {
 	if !c.NoVolume {
 		v := ptr(c.Volume) // one allocation for both: read only
 		d.TotalVolume, d.Volume24h = v, v
+	}
+	// A market cap or a supply of 0 is one the feed does not know.
+	if c.MarketCap > 0 {
+		d.MarketCap = ptr(c.MarketCap)
+	}
+	if c.Info.CirculatingSupply > 0 {
+		d.CirculatingSupply = ptr(c.Info.CirculatingSupply)
 	}
 	if !c.HasExtreme || c.Price > d.ATH {
 		d.ATH, d.ATHDate = c.Price, c.Updated
@@ -212,8 +219,10 @@ func (c *coinState) detail(now time.Time) coinpulse.CoinDetail {
 	if p, m, ok := c.Hourly.at(day); ok {
 		d.PriceChange24h = ptr(c.Price - p)
 		d.PriceChangePercentage24h = pct(c.Price, p)
-		d.MarketCapChange24h = ptr(c.MarketCap - m)
-		d.MarketCapChangePercentage24h = pct(c.MarketCap, m)
+		if c.MarketCap > 0 && m > 0 {
+			d.MarketCapChange24h = ptr(c.MarketCap - m)
+			d.MarketCapChangePercentage24h = pct(c.MarketCap, m)
+		}
 		hi, lo := c.Price, c.Price
 		for i, v := range c.Hourly.Price { // float64
 			if c.Hourly.Start+int64(i)*c.Hourly.Step > day {

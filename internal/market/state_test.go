@@ -3,6 +3,9 @@ package market
 import (
 	"slices"
 	"testing"
+	"time"
+
+	"coinpulse"
 )
 
 func TestRing(t *testing.T) {
@@ -37,9 +40,59 @@ func TestRing(t *testing.T) {
 	if r.Start != 250 || len(r.Price) != 1 {
 		t.Errorf("after a gap: start %d, %v", r.Start, r.Price)
 	}
+	// Between a known market cap and an unknown one (0), none is known.
+	r.add(260, 3, 0)
+	if p, m, ok := r.at(255); !ok || p != 2 || m != 0 {
+		t.Errorf("at(255) = %v %v %v, want 2 and an unknown (0) market cap", p, m, ok)
+	}
 	d := ring[float32]{Step: 10, Keep: 2}
 	d.add(10, 1, 99)
 	if p, m, ok := d.at(10); !ok || p != 1 || m != 0 || d.Cap != nil {
 		t.Errorf("a ring without caps kept one: %v %v %v", p, m, d.Cap)
+	}
+}
+
+// hours is a point an hour from day to now: a price of 1, then 2 at now,
+// and a market cap of supply times the price (0: unknown).
+func hours(day, now time.Time, supply float64) []coinpulse.HistoryPoint {
+	var pts []coinpulse.HistoryPoint
+	for t := day; !t.After(now); t = t.Add(time.Hour) {
+		p := 1.0
+		if t.Equal(now) {
+			p = 2
+		}
+		pts = append(pts, coinpulse.HistoryPoint{Timestamp: t, Price: p, MarketCap: p * supply})
+	}
+	return pts
+}
+
+// A coin whose feed knows neither its market cap nor its circulating
+// supply has neither, nor a market cap change; one whose market cap a
+// day ago is unknown has a market cap but no change.
+func TestDetailUnknownMarketCap(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	day := now.Add(-24 * time.Hour)
+	c := coinState{Hourly: ring[float64]{Step: 3600, Keep: 26, Caps: true}}
+	c.Info = coinpulse.CoinInfo{ID: "x", Symbol: "x", Name: "X"}
+	c.addSeries(coinpulse.Hourly, hours(day, now, 10))
+	c.apply(coinpulse.Quote{CoinID: "x", Price: 2, Time: now})
+	d := c.detail(now)
+	if d.MarketCap != nil || d.CirculatingSupply != nil || d.MarketCapChange24h != nil || d.MarketCapChangePercentage24h != nil {
+		t.Errorf("unknown market cap: cap %v, supply %v, change %v %v; want all null", d.MarketCap, d.CirculatingSupply, d.MarketCapChange24h, d.MarketCapChangePercentage24h)
+	}
+	if d.PriceChangePercentage24h == nil || *d.PriceChangePercentage24h != 100 {
+		t.Errorf("price change %v, want 100", d.PriceChangePercentage24h)
+	}
+
+	c = coinState{Hourly: ring[float64]{Step: 3600, Keep: 26, Caps: true}}
+	c.Info = coinpulse.CoinInfo{ID: "x", Symbol: "x", Name: "X", CirculatingSupply: 10}
+	c.addSeries(coinpulse.Hourly, hours(day, now, 0))
+	c.apply(coinpulse.Quote{CoinID: "x", Price: 2, Time: now})
+	d = c.detail(now)
+	if d.MarketCap == nil || *d.MarketCap != 20 || d.CirculatingSupply == nil || *d.CirculatingSupply != 10 {
+		t.Errorf("market cap %v, supply %v; want 20 (2 × 10), 10", d.MarketCap, d.CirculatingSupply)
+	}
+	if d.MarketCapChange24h != nil || d.MarketCapChangePercentage24h != nil {
+		t.Errorf("market cap change %v %v against an unknown market cap a day ago, want null", d.MarketCapChange24h, d.MarketCapChangePercentage24h)
 	}
 }

@@ -60,7 +60,7 @@ func benchFanout(b *testing.B, clients, perClient, universe int, distinct bool) 
 	for i := range coins {
 		coins[i] = fmt.Sprintf("coin-%03d", i)
 		updates[i] = PriceUpdate{CoinID: coins[i], Symbol: fmt.Sprintf("c%03d", i), Price: 1000 + float64(i)*1.37,
-			PriceChangePercentage24h: pf(-1.25), MarketCap: 1.23e11, TotalVolume: pf(4.56e9), LastUpdated: time.Now()}
+			PriceChangePercentage24h: pf(-1.25), MarketCap: pf(1.23e11), TotalVolume: pf(4.56e9), LastUpdated: time.Now()}
 	}
 
 	var (

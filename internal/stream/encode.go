@@ -118,7 +118,7 @@ func appendUpdate(b []byte, u *PriceUpdate) []byte {
 	b = append(b, `,"price_change_percentage_24h":`...)
 	b = appendNullable(b, u.PriceChangePercentage24h)
 	b = append(b, `,"market_cap":`...)
-	b = appendFloat(b, u.MarketCap)
+	b = appendNullable(b, u.MarketCap)
 	b = append(b, `,"total_volume":`...)
 	b = appendNullable(b, u.TotalVolume)
 	b = append(b, `,"last_updated":`...)

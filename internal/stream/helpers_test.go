@@ -286,7 +286,7 @@ func tick(n int) []PriceUpdate {
 	for _, id := range []string{"bitcoin", "ethereum", "solana", "cardano", "ripple"} {
 		u := PriceUpdate{
 			CoinID: id, Symbol: testCoins[id], Price: 100 + float64(n),
-			MarketCap: 1e9, TotalVolume: pf(5e6),
+			MarketCap: pf(1e9), TotalVolume: pf(5e6),
 			LastUpdated: time.Date(2025, 1, 1, 12, 0, n, 0, time.UTC),
 		}
 		if id != "solana" {

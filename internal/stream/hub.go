@@ -105,7 +105,7 @@ type PriceUpdate struct {
 	Symbol                   string
 	Price                    float64
 	PriceChangePercentage24h *float64 // nil: unknown (null)
-	MarketCap                float64
+	MarketCap                *float64 // nil: unknown (null)
 	TotalVolume              *float64 // nil: unknown (null)
 	LastUpdated              time.Time
 }

@@ -270,16 +270,16 @@ func TestMessagesAreValidJSON(t *testing.T) {
 	}
 }
 
-// An unknown change or volume is null in a price update.
+// An unknown change, market cap or volume is null in a price update.
 func TestAppendUpdateNulls(t *testing.T) {
-	v := 5e6
-	u := PriceUpdate{CoinID: "a", Symbol: "a", Price: 1, MarketCap: 2, LastUpdated: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	v, m := 5e6, 2.0
+	u := PriceUpdate{CoinID: "a", Symbol: "a", Price: 1, LastUpdated: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	got := string(appendUpdate(nil, &u))
-	if !strings.Contains(got, `"price_change_percentage_24h":null`) || !strings.Contains(got, `"total_volume":null`) {
+	if !strings.Contains(got, `"price_change_percentage_24h":null`) || !strings.Contains(got, `"total_volume":null`) || !strings.Contains(got, `"market_cap":null`) {
 		t.Errorf("%s", got)
 	}
-	u.TotalVolume = &v
-	if got := string(appendUpdate(nil, &u)); !strings.Contains(got, `"total_volume":5000000`) {
+	u.TotalVolume, u.MarketCap = &v, &m
+	if got := string(appendUpdate(nil, &u)); !strings.Contains(got, `"total_volume":5000000`) || !strings.Contains(got, `"market_cap":2,`) {
 		t.Errorf("%s", got)
 	}
 }

@@ -76,11 +76,12 @@ type Upstream struct {
 	gone    map[string]bool
 	nullPx  map[string]bool
 	nullVol map[string]bool
+	noCap   map[string]bool
 }
 
 // Start serves coins until the test ends.
 func Start(t testing.TB, coins []Coin) *Upstream {
-	u := &Upstream{coins: coins, MaxDays: 365, Now: time.Now, calls: map[string]int{}, broken: map[string]int{}, gone: map[string]bool{}, nullPx: map[string]bool{}, nullVol: map[string]bool{}}
+	u := &Upstream{coins: coins, MaxDays: 365, Now: time.Now, calls: map[string]int{}, broken: map[string]int{}, gone: map[string]bool{}, nullPx: map[string]bool{}, nullVol: map[string]bool{}, noCap: map[string]bool{}}
 	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
 	t.Cleanup(u.srv.Close)
 	u.URL = u.srv.URL + "/api/v3"
@@ -118,6 +119,11 @@ func (u *Upstream) NullPrice(id string) { u.mark(u.nullPx, id) }
 
 // NullVolume makes markets send coin id's total_volume as null.
 func (u *Upstream) NullVolume(id string) { u.mark(u.nullVol, id) }
+
+// NoCap makes coin id one whose market cap CoinGecko does not know, as
+// it sends some small coins: a market cap of 0 and a null circulating
+// supply in markets, market caps of 0 in charts.
+func (u *Upstream) NoCap(id string) { u.mark(u.noCap, id) }
 
 func (u *Upstream) mark(set map[string]bool, id string) {
 	u.mu.Lock()
@@ -227,7 +233,7 @@ func (u *Upstream) markets(w http.ResponseWriter, r *http.Request) {
 	for i := (page - 1) * perPage; i < min(page*perPage, len(list)); i++ {
 		c := list[i]
 		u.mu.Lock()
-		null, nullVol := u.nullPx[c.ID], u.nullVol[c.ID]
+		null, nullVol, noCap := u.nullPx[c.ID], u.nullVol[c.ID], u.noCap[c.ID]
 		u.mu.Unlock()
 		p := Price(c, now)
 		it := map[string]any{
@@ -249,6 +255,9 @@ func (u *Upstream) markets(w http.ResponseWriter, r *http.Request) {
 		}
 		if nullVol {
 			it["total_volume"] = nil
+		}
+		if noCap {
+			it["market_cap"], it["market_cap_rank"], it["circulating_supply"] = 0, nil, nil
 		}
 		if c.MaxSupply > 0 {
 			it["max_supply"] = c.MaxSupply
@@ -274,7 +283,7 @@ func (u *Upstream) chart(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	u.mu.Lock()
-	broken := u.broken[id] > 0
+	broken, noCap := u.broken[id] > 0, u.noCap[id]
 	if broken {
 		u.broken[id]--
 	}
@@ -331,7 +340,11 @@ func (u *Upstream) chart(w http.ResponseWriter, r *http.Request, id string) {
 		ms := float64(t.UnixMilli())
 		p := Price(c, t)
 		prices = append(prices, [2]float64{ms, p})
-		caps = append(caps, [2]float64{ms, p * c.Supply})
+		if noCap {
+			caps = append(caps, [2]float64{ms, 0})
+		} else {
+			caps = append(caps, [2]float64{ms, p * c.Supply})
+		}
 		vols = append(vols, [2]float64{ms, Volume(c, t)})
 	}
 	writeJSON(w, 200, map[string]any{"prices": prices, "market_caps": caps, "total_volumes": vols})
