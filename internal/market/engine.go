@@ -71,6 +71,11 @@ type Engine struct {
 	// publishes quotes meanwhile, every Refresh (see warm).
 	warming bool
 	warmed  bool // a snapshot was published while warming
+	// pending: while Load backfills the coins new to the saved state,
+	// those whose history is not yet stored. The others are saved with
+	// the state from time to time (see saveProgress), so that a start
+	// after a failure, a crash or a stop goes on from there.
+	pending map[string]bool
 }
 
 // New returns an engine; call Load, then Run.
@@ -203,16 +208,25 @@ func (e *Engine) Load(ctx context.Context) error {
 		}
 	}
 	if len(missing) > 0 {
-		e.cfg.Log.Info("backfilling history", "coins", len(missing), "feed", e.cfg.Feed.Name())
+		e.cfg.Log.Info("backfilling history", "coins", len(missing), "kept", len(e.coins)-len(missing), "feed", e.cfg.Feed.Name())
 		// Until the backfill is whole the stored history is no feed's: a
 		// start after this one failed part way backfills again, whatever
 		// its feed (see historyKey).
 		if err := e.cfg.Store.PutKV(ctx, historyKey, []byte("incomplete")); err != nil {
 			return fmt.Errorf("record the history's feed: %w", err)
 		}
+		// The known coins' history is whole up to now (the gap is filled
+		// above): the progress saved says so.
+		e.lastHour, e.lastDay = hour, day
+		e.pending = make(map[string]bool, len(missing))
+		for _, info := range missing {
+			e.pending[info.ID] = true
+		}
 		// An hour more than the window: History's first point is the one at
 		// or before now − 90 days.
-		if err := e.backfill(ctx, missing, now.Add(-HourlyWindow-time.Hour), time.Time{}, now); err != nil {
+		err := e.backfill(ctx, missing, now.Add(-HourlyWindow-time.Hour), time.Time{}, now)
+		e.pending = nil
+		if err != nil {
 			return err
 		}
 	}
@@ -327,16 +341,46 @@ func (e *Engine) saveState(ctx context.Context) error {
 	return e.cfg.Store.PutKV(ctx, e.stateKey(), encodeState(&s, e.order))
 }
 
+// saveProgress saves, during Load's backfill of the coins new to the
+// saved state, the state of every coin whose history is stored (the
+// pending ones left out, to be backfilled whole by the next start), then
+// marks the stored history as this feed's: in that order, so that a
+// crash between the two leaves the history "incomplete" and the next
+// start backfills everything, as before. A failure is logged: the
+// backfill goes on, and the next save, or Load's own, tries again.
+func (e *Engine) saveProgress(ctx context.Context) {
+	order := make([]string, 0, len(e.order))
+	for _, id := range e.order {
+		if !e.pending[id] {
+			order = append(order, id)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	s := savedState{Fingerprint: e.fingerprint(), LastHour: e.lastHour, LastDay: e.lastDay, Coins: e.coins}
+	err := e.cfg.Store.PutKV(ctx, e.stateKey(), encodeState(&s, order))
+	if err == nil {
+		err = e.cfg.Store.PutKV(ctx, historyKey, []byte(e.fingerprint()))
+	}
+	if err != nil {
+		e.cfg.Log.Warn("saving the backfill's progress failed", "feed", e.cfg.Feed.Name(), "err", err)
+		return
+	}
+	e.cfg.Log.Debug("backfill progress saved", "feed", e.cfg.Feed.Name(), "coins_saved", len(order), "coins_pending", len(e.pending))
+}
+
 // backfill asks the feed for the coins' hourly points from hourlyFrom and
 // daily points from dailyFrom (zero: each coin's listing) up to now, and
 // stores them. Coins are computed by two workers while the store writes
-// batches, so the feed and the database work at once.
-func (e *Engine) backfill(ctx context.Context, coins []coinpulse.CoinInfo, hourlyFrom, dailyFrom, now time.Time) error {
+// batches, so the feed and the database work at once. While e.pending is
+// set, the coins stored are saved with the state every Progress, and
+// when the backfill fails or is stopped (see saveProgress).
+func (e *Engine) backfill(pctx context.Context, coins []coinpulse.CoinInfo, hourlyFrom, dailyFrom, now time.Time) error {
 	type result struct {
 		hourly, daily coinpulse.Series
 		err           error
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(pctx)
 	defer cancel()
 	jobs := make(chan coinpulse.CoinInfo)
 	results := make(chan result, 8)
@@ -377,27 +421,53 @@ func (e *Engine) backfill(ctx context.Context, coins []coinpulse.CoinInfo, hourl
 	go func() { wg.Wait(); close(results) }()
 
 	// A writer goroutine stores batches while the workers compute the next
-	// coins: the feed and the database work at once.
+	// coins: the feed and the database work at once. It stores what the
+	// workers fetched even once a feed error or a shutdown has stopped
+	// them, so that the progress saved keeps it; its own error stops them.
 	type batch struct{ hourly, daily []coinpulse.Series }
 	batches := make(chan batch, 1)
 	writeErr := make(chan error, 1)
+	var (
+		storedMu sync.Mutex
+		stored   []string // coins whose batch is stored, not yet taken from e.pending
+	)
 	go func() {
 		var err error
 		for b := range batches {
 			if err != nil {
 				continue // drain; the first error is reported
 			}
-			if err = e.cfg.Store.PutHistory(ctx, coinpulse.Hourly, b.hourly); err != nil {
+			wctx, wcancel := context.WithTimeout(context.WithoutCancel(pctx), time.Minute)
+			if err = e.cfg.Store.PutHistory(wctx, coinpulse.Hourly, b.hourly); err != nil {
 				err = fmt.Errorf("store hourly history: %w", err)
-			} else if err = e.cfg.Store.PutHistory(ctx, coinpulse.Daily, b.daily); err != nil {
+			} else if err = e.cfg.Store.PutHistory(wctx, coinpulse.Daily, b.daily); err != nil {
 				err = fmt.Errorf("store daily history: %w", err)
 			}
+			wcancel()
 			if err != nil {
 				cancel()
+				continue
 			}
+			storedMu.Lock()
+			for _, s := range b.hourly {
+				stored = append(stored, s.CoinID)
+			}
+			storedMu.Unlock()
 		}
 		writeErr <- err
 	}()
+	// progress takes the coins stored since its last call out of
+	// e.pending, and reports whether there were any.
+	progress := func() bool {
+		storedMu.Lock()
+		defer storedMu.Unlock()
+		for _, id := range stored {
+			delete(e.pending, id)
+		}
+		n := len(stored)
+		stored = stored[:0]
+		return n > 0
+	}
 	var cur batch
 	points, done := 0, 0
 	started, logged := time.Now(), time.Now()
@@ -433,30 +503,39 @@ results:
 		c := e.coins[r.hourly.CoinID]
 		c.addSeries(coinpulse.Daily, r.daily.Points)
 		c.addSeries(coinpulse.Hourly, r.hourly.Points)
-		// A backfill from an upstream at its rate can take minutes: say
-		// how far it is.
+		cur.hourly, cur.daily = append(cur.hourly, r.hourly), append(cur.daily, r.daily)
+		points += len(r.hourly.Points) + len(r.daily.Points)
+		// A backfill from an upstream at its rate can take minutes (hours
+		// for thousands of coins): say how far it is, and keep it.
+		tick := false
 		if done++; time.Since(logged) >= e.cfg.Progress {
-			logged = time.Now()
+			tick, logged = true, time.Now()
 			e.cfg.Log.Info("backfilling history", "feed", e.cfg.Feed.Name(), "coins_done", done, "coins", len(coins),
 				"took", time.Since(started).Round(time.Second), "left", (time.Since(started) / time.Duration(done) * time.Duration(len(coins)-done)).Round(time.Second))
 		}
-		cur.hourly, cur.daily = append(cur.hourly, r.hourly), append(cur.daily, r.daily)
-		points += len(r.hourly.Points) + len(r.daily.Points)
-		if points >= 50_000 {
+		if points >= 50_000 || tick && e.pending != nil {
 			batches <- cur
 			cur, points = batch{}, 0
+		}
+		if tick && e.pending != nil && progress() {
+			e.saveProgress(pctx) // the coins of the batches stored since the last tick
 		}
 	}
 	if len(cur.hourly) > 0 {
 		batches <- cur
 	}
 	close(batches)
-	// The feed's error first: it cancelled the writes, which then report
-	// only that.
-	if err := <-writeErr; feedErr != nil {
+	werr := <-writeErr
+	if failed := feedErr != nil || werr != nil || ctx.Err() != nil; failed && e.pending != nil && progress() {
+		// What was stored is kept: the next start goes on from there.
+		e.saveProgress(pctx)
+	}
+	// The feed's error first: it stopped the workers, and the writer's
+	// error, if any, followed.
+	if feedErr != nil {
 		return feedErr
-	} else if err != nil {
-		return err
+	} else if werr != nil {
+		return werr
 	}
 	return ctx.Err()
 }

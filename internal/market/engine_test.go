@@ -1289,3 +1289,125 @@ func TestEngineServesQuotesWhileBackfilling(t *testing.T) {
 		t.Error("no 24 h change after the backfill")
 	}
 }
+
+// gapFills counts the calls for hourly points from after the hour of
+// from on: a saved coin's gap being filled, not a coin backfilled whole.
+func gapFills(calls []historyCall, from time.Time) int {
+	n := 0
+	for _, c := range calls {
+		if c.interval == coinpulse.Hourly && c.from.Equal(from.Truncate(time.Hour).Add(time.Hour)) {
+			n++
+		}
+	}
+	return n
+}
+
+// A first backfill that fails part way keeps the coins it stored: the
+// next start (two hours later here) backfills only the others in full and
+// fills the gap of the ones kept, and every coin's history is whole.
+func TestEngineFailedBackfillGoesOn(t *testing.T) {
+	t.Parallel()
+	store := openStore(t, filepath.Join(t.TempDir(), "db"))
+	e := New(Config{
+		Feed: &flakyFeed{spyFeed: newSpy(t, 1), failAt: 1001}, Store: store, Clock: func() time.Time { return start },
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Refresh: time.Millisecond,
+	})
+	if err := e.Load(context.Background()); err == nil || !strings.Contains(err.Error(), "flaky feed") {
+		t.Fatalf("Load with a feed failing part way: %v, want its error", err)
+	}
+	later := start.Add(2 * time.Hour)
+	feed := newSpy(t, 1)
+	e = loadEngine(t, feed, store, &fakeClock{t: later}, 0)
+	calls := feed.take()
+	full, gap := 0, gapFills(calls, start)
+	for _, c := range calls {
+		if c.interval == coinpulse.Hourly && c.from.Equal(later.Add(-HourlyWindow-time.Hour)) {
+			full++
+		}
+	}
+	// 1,000 calls succeeded: about 500 coins were whole when it failed.
+	if full+gap != 1000 || gap < 490 || full < 1 {
+		t.Errorf("the second start backfilled %d coins in full and filled the gap of %d; want about 500 each, 1,000 in all", full, gap)
+	}
+	if s := e.Current(); s == nil || s.Len() != 1000 {
+		t.Fatalf("after the second start: %v", s)
+	}
+	for _, id := range []string{e.order[0], e.order[500], e.order[999]} {
+		samePoints(t, id+"'s hourly history", feedHistory(t, feed.Feed, id, coinpulse.Hourly, later.Add(-26*time.Hour), later),
+			storedHistory(t, store, id, coinpulse.Hourly, later.Add(-26*time.Hour), later))
+		samePoints(t, id+"'s daily history", feedHistory(t, feed.Feed, id, coinpulse.Daily, later.Add(-400*24*time.Hour), later),
+			storedHistory(t, store, id, coinpulse.Daily, later.Add(-400*24*time.Hour), later))
+	}
+}
+
+// stallingFeed is a spyFeed whose History, from call stallAt on, waits
+// for release and then fails.
+type stallingFeed struct {
+	*spyFeed
+	calls   atomic.Int32
+	stallAt int32
+	stalled chan struct{} // closed when the first call stalls
+	once    sync.Once
+	release chan struct{}
+}
+
+func (f *stallingFeed) History(ctx context.Context, info coinpulse.CoinInfo, interval coinpulse.Interval, from, to time.Time) ([]coinpulse.HistoryPoint, error) {
+	if f.calls.Add(1) >= f.stallAt {
+		f.once.Do(func() { close(f.stalled) })
+		<-f.release
+		return nil, errors.New("stalling feed: gone")
+	}
+	return f.spyFeed.History(ctx, info, interval, from, to)
+}
+
+// While a first backfill runs, the coins stored are saved every Progress,
+// with the history marked as the feed's: a crash then loses at most the
+// coins of the last interval. Here the feed stalls, the test reads what
+// is saved, as a start after a crash would, and a second engine on the
+// store goes on from it.
+func TestEngineBackfillSavesProgress(t *testing.T) {
+	t.Parallel()
+	store := openStore(t, filepath.Join(t.TempDir(), "db"))
+	f := &stallingFeed{spyFeed: newSpy(t, 1), stallAt: 801, stalled: make(chan struct{}), release: make(chan struct{})}
+	e := New(Config{
+		Feed: f, Store: store, Clock: func() time.Time { return start }, Progress: time.Nanosecond,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Refresh: time.Millisecond,
+	})
+	loaded := make(chan error, 1)
+	go func() { loaded <- e.Load(context.Background()) }()
+	<-f.stalled
+	// The workers hold two stalled calls; every coin before them was
+	// handed on, stored and saved at the next result, but for the last
+	// one or two, whose save waits for a result after them.
+	var s savedState
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		blob, err := store.GetKV(context.Background(), e.stateKey())
+		if err == nil {
+			if s, err = decodeState(blob); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(s.Coins) >= 390 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(s.Coins) < 390 || len(s.Coins) > 400 || !s.LastHour.Equal(start.Truncate(time.Hour)) {
+		t.Errorf("saved while stalled: %d coins, last hour %v; want about 400, %v", len(s.Coins), s.LastHour, start.Truncate(time.Hour))
+	}
+	if by, err := store.GetKV(context.Background(), historyKey); err != nil || string(by) != e.fingerprint() {
+		t.Errorf("history marked %q, %v; want %q", by, err, e.fingerprint())
+	}
+	saved := len(s.Coins)
+	close(f.release)
+	if err := <-loaded; err == nil || !strings.Contains(err.Error(), "stalling feed") {
+		t.Fatalf("Load: %v, want the feed's error", err)
+	}
+	feed := newSpy(t, 1)
+	loadEngine(t, feed, store, &fakeClock{t: start}, 0)
+	// Within the same hour: no gap to fill, the others backfilled whole.
+	if full := fullBackfills(feed, start); full > 1000-saved || full < 590 {
+		t.Errorf("the second start backfilled %d coins in full; want the %d not saved, or fewer", full, 1000-saved)
+	}
+}
