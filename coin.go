@@ -94,6 +94,13 @@ type CoinRef struct {
 	MarketCapRank *int   `json:"market_cap_rank"`
 }
 
+// MarketCounter is implemented by a feed that knows how many markets
+// (exchanges) trade its coins: GET /markets/global's markets, null while
+// ok is false.
+type MarketCounter interface {
+	Markets() (n int, ok bool)
+}
+
 // GlobalStats is GET /markets/global.
 type GlobalStats struct {
 	TotalMarketCap               float64  `json:"total_market_cap"`

@@ -48,7 +48,7 @@ func TestServeCoinGecko(t *testing.T) {
 	status, body = s.get(t, "/api/v1/markets/global", key)
 	meta, _ := body["meta"].(map[string]any)
 	data, _ := body["data"].(map[string]any)
-	if status != 200 || meta["feed"] != "coingecko" || meta["simulated"] != false || data["active_cryptocurrencies"] != 20.0 {
+	if status != 200 || meta["feed"] != "coingecko" || meta["simulated"] != false || data["active_cryptocurrencies"] != 20.0 || data["markets"] != float64(cgtest.Markets) {
 		t.Fatalf("global: %d %v", status, body)
 	}
 	now := time.Now()

@@ -50,8 +50,7 @@ type retainedSnapshot struct {
 // Engine turns a feed's quotes into snapshots, keeps history rolled up in
 // the store, and persists its running state for a warm start.
 type Engine struct {
-	cfg     Config
-	markets *int
+	cfg Config
 	// quotedRollup: a late tick rolls its hour up from the latest quotes
 	// (see coinpulse.QuotedRollup).
 	quotedRollup bool
@@ -98,10 +97,6 @@ func New(cfg Config) *Engine {
 	e := &Engine{cfg: cfg, coins: map[string]*coinState{}}
 	if q, ok := cfg.Feed.(coinpulse.QuotedRollup); ok {
 		e.quotedRollup = q.RollupFromQuotes()
-	}
-	if m, ok := cfg.Feed.(interface{ Markets() int }); ok {
-		n := m.Markets()
-		e.markets = &n
 	}
 	return e
 }
@@ -672,7 +667,13 @@ func (e *Engine) publish(now time.Time) {
 		// follow when the backfill ends within the refresh, is another.
 		id += "-b"
 	}
-	s := Build(id, now, e.cfg.Feed.Name(), e.cfg.Feed.Simulated(), details, e.markets, e.cfg.MinMoverVolume)
+	var markets *int
+	if mc, ok := e.cfg.Feed.(coinpulse.MarketCounter); ok {
+		if n, ok := mc.Markets(); ok {
+			markets = &n
+		}
+	}
+	s := Build(id, now, e.cfg.Feed.Name(), e.cfg.Feed.Simulated(), details, markets, e.cfg.MinMoverVolume)
 	s.Backfilling = e.warming
 	e.mu.Lock()
 	if prev := e.current.Load(); prev != nil && prev.ID != s.ID {

@@ -106,7 +106,15 @@ type Feed struct {
 	listedAt time.Time
 	universe []string           // ids, in the order Universe returned them
 	charts   map[string]fetched // the hourly chart just fetched per coin, until its daily points are asked for
+	// markets is CoinGecko's count of exchanges (0: not known yet), read
+	// from /global at most every marketsEvery.
+	markets   int
+	marketsAt time.Time
 }
+
+// marketsEvery is how often Quotes reads CoinGecko's count of markets:
+// a call an hour, next to 60 for the quotes of 250 coins every minute.
+const marketsEvery = time.Hour
 
 // fetched is a chart CoinGecko answered for [from, to].
 type fetched struct {
@@ -114,7 +122,10 @@ type fetched struct {
 	samples  []upstream.Sample
 }
 
-var _ coinpulse.Feed = (*Feed)(nil)
+var (
+	_ coinpulse.Feed          = (*Feed)(nil)
+	_ coinpulse.MarketCounter = (*Feed)(nil)
+)
 
 // withDefaults fills in the fields left zero.
 func (cfg Config) withDefaults() Config {
@@ -304,7 +315,43 @@ func (f *Feed) Quotes(ctx context.Context, now time.Time) ([]coinpulse.Quote, er
 			out = append(out, qt)
 		}
 	}
+	f.readMarkets(ctx, now)
 	return out, nil
+}
+
+// readMarkets reads CoinGecko's count of markets when it is marketsEvery
+// old, or unknown; a failure is logged, the last count kept, and the read
+// tried again marketsEvery later.
+func (f *Feed) readMarkets(ctx context.Context, now time.Time) {
+	f.mu.Lock()
+	due := f.marketsAt.IsZero() || now.Sub(f.marketsAt) >= marketsEvery
+	if due {
+		f.marketsAt = now
+	}
+	f.mu.Unlock()
+	if !due {
+		return
+	}
+	body, err := f.c.Get(ctx, "/global", nil)
+	var n int
+	if err == nil {
+		n, err = ParseGlobal(body)
+	}
+	if err != nil {
+		f.log.Warn("coingecko: the count of markets (GET /global) failed; trying again in an hour", "err", err)
+		return
+	}
+	f.mu.Lock()
+	f.markets = n
+	f.mu.Unlock()
+}
+
+// Markets returns CoinGecko's count of exchanges, as of the last hourly
+// read (coinpulse.MarketCounter); ok is false before the first.
+func (f *Feed) Markets() (int, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.markets, f.markets > 0
 }
 
 // History returns a coin's points at interval in [from, to]. Daily points

@@ -259,6 +259,47 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
+// Quotes read CoinGecko's count of markets at once, then hourly; a read
+// that fails leaves it unknown and the quotes as they are.
+func TestMarketsCount(t *testing.T) {
+	up := cgtest.Start(t, cgtest.Coins(3))
+	f := newFeed(t, up, Config{Coins: 3})
+	ctx := context.Background()
+	if _, err := f.Universe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := f.Markets(); ok {
+		t.Errorf("Markets() before any quote = %d, want unknown", n)
+	}
+	now := time.Now()
+	for i, tt := range []struct {
+		after time.Duration
+		calls int
+	}{{0, 1}, {time.Minute, 1}, {59 * time.Minute, 1}, {time.Hour, 2}, {time.Hour + time.Minute, 2}} {
+		if q, err := f.Quotes(ctx, now.Add(tt.after)); err != nil || len(q) != 3 {
+			t.Fatalf("Quotes %d: %v, %d quotes", i, err, len(q))
+		}
+		if n, ok := f.Markets(); n != cgtest.Markets || !ok || up.Calls("global") != tt.calls {
+			t.Errorf("after Quotes at +%s: Markets() = %d, %v after %d calls; want %d after %d", tt.after, n, ok, up.Calls("global"), cgtest.Markets, tt.calls)
+		}
+	}
+
+	up = cgtest.Start(t, cgtest.Coins(3))
+	up.NoGlobal = true
+	f = newFeed(t, up, Config{Coins: 3})
+	if _, err := f.Universe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if q, err := f.Quotes(ctx, now); err != nil || len(q) != 3 {
+			t.Fatalf("Quotes without /global: %v, %d quotes", err, len(q))
+		}
+	}
+	if n, ok := f.Markets(); ok || up.Calls("global") != 1 {
+		t.Errorf("without /global: Markets() = %d, %v after %d calls; want unknown after 1 (the next an hour later)", n, ok, up.Calls("global"))
+	}
+}
+
 // Calls are spaced to the rate: a lower bound only, which a slow machine
 // cannot break.
 func TestPacing(t *testing.T) {

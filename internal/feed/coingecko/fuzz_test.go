@@ -57,6 +57,25 @@ func FuzzParseMarkets(f *testing.F) {
 // which Resample maps onto the grid within the asked span, or is refused
 // with a message, never a panic. The corpus is in
 // testdata/fuzz/FuzzParseChart.
+func FuzzParseGlobal(f *testing.F) {
+	f.Add(`{"data":{"active_cryptocurrencies":17397,"markets":1476,"total_market_cap":{"usd":2621040321355.0405}}}`)
+	f.Add(`{"data":{"markets":1.5}}`)
+	f.Add(`{"data":{"markets":-1e400}}`)
+	f.Add(`{"data":null}`)
+	f.Fuzz(func(t *testing.T, in string) {
+		n, err := ParseGlobal([]byte(in))
+		if err != nil {
+			if err.Error() == "" || n != 0 {
+				t.Fatalf("%d, %q", n, err)
+			}
+			return
+		}
+		if n < 1 || n > 1_000_000 {
+			t.Fatalf("markets %d", n)
+		}
+	})
+}
+
 func FuzzParseChart(f *testing.F) {
 	f.Add(`{"prices":[[1779027899041,77953.82550382407],[1779028199661,78052.87543398788]],"market_caps":[[1779027899041,1560631481361.8042],[1779028199661,1562027330524.267]],"total_volumes":[[1779027899041,18688431751.857048],[1779028199661,18974828816.446976]]}`)
 	f.Add(`{"prices":[[1779027899041,null],[null,1],[1779028199661],[1779028199661.5,2],[1779028199662,3,4]],"market_caps":{}}`)

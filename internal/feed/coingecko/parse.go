@@ -151,6 +151,25 @@ func amount(p *float64) *float64 {
 	return p
 }
 
+// ParseGlobal reads an answer of GET /global
+// (../shared/fixtures/coingecko/global.json): the number of markets
+// (exchanges) CoinGecko tracks, data.markets, a whole number from 1 to
+// 1,000,000.
+func ParseGlobal(body []byte) (int, error) {
+	var g struct {
+		Data struct {
+			Markets *float64 `json:"markets"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(body, &g); err != nil {
+		return 0, fmt.Errorf("want a global object: %w", err)
+	}
+	if m := g.Data.Markets; m != nil && *m >= 1 && *m <= 1e6 && *m == math.Trunc(*m) {
+		return int(*m), nil
+	}
+	return 0, errors.New("want data.markets, a count from 1 to 1,000,000")
+}
+
 // chartJSON is an answer of GET /coins/{id}/market_chart and
 // /market_chart/range (../shared/fixtures/coingecko/coins_id_market_chart_range.json).
 type chartJSON struct {

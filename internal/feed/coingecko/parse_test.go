@@ -41,6 +41,35 @@ func TestParseMarketsFixture(t *testing.T) {
 	}
 }
 
+// CoinGecko's example of /global reads as it says, and the stand-in's
+// answer has its shape.
+func TestParseGlobalFixture(t *testing.T) {
+	body := fixture(t, "global.json")
+	if n, err := ParseGlobal(body); err != nil || n != 1476 {
+		t.Errorf("ParseGlobal(global.json) = %d, %v; want 1476", n, err)
+	}
+	var want, got map[string]map[string]any
+	json.Unmarshal(body, &want)
+	getJSON(t, cgtest.Start(t, cgtest.Coins(2)).URL+"/global", &got)
+	for k := range got["data"] {
+		if _, ok := want["data"][k]; !ok {
+			t.Errorf("the stand-in's /global sends %q, which CoinGecko's does not", k)
+		}
+	}
+}
+
+func TestParseGlobal(t *testing.T) {
+	for _, in := range []string{``, `[]`, `{}`, `{"data":{}}`, `{"data":{"markets":null}}`, `{"data":{"markets":0}}`,
+		`{"data":{"markets":-3}}`, `{"data":{"markets":1.5}}`, `{"data":{"markets":2e6}}`, `{"data":{"markets":"12"}}`, `{"data":{"markets":1e400}}`} {
+		if n, err := ParseGlobal([]byte(in)); err == nil {
+			t.Errorf("ParseGlobal(%s) = %d, want an error", in, n)
+		}
+	}
+	if n, err := ParseGlobal([]byte(`{"data":{"markets":1e6,"active_cryptocurrencies":17000}}`)); err != nil || n != 1_000_000 {
+		t.Errorf("ParseGlobal(1e6) = %d, %v", n, err)
+	}
+}
+
 // CoinGecko's example of /coins/{id}/market_chart/range reads as it says.
 func TestParseChartFixture(t *testing.T) {
 	for _, name := range []string{"coins_id_market_chart_range.json", "coins_id_market_chart.json"} {

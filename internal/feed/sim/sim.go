@@ -43,7 +43,10 @@ type Feed struct {
 	cursor map[string]*walker // the last position of each coin's Quotes walk
 }
 
-var _ coinpulse.Feed = (*Feed)(nil)
+var (
+	_ coinpulse.Feed          = (*Feed)(nil)
+	_ coinpulse.MarketCounter = (*Feed)(nil)
+)
 
 // New returns the simulation for seed over max(n, MinCoins) coins: the
 // bundled real coins, then synthetic ones.
@@ -72,7 +75,7 @@ func (f *Feed) Name() string { return "sim" }
 func (f *Feed) Simulated() bool { return true }
 
 // Markets is the simulated number of exchanges reported in global stats.
-func (f *Feed) Markets() int { return 120 + int(f.seed%60) }
+func (f *Feed) Markets() (int, bool) { return 120 + int(f.seed%60), true }
 
 // Universe returns every coin's info.
 func (f *Feed) Universe(context.Context) ([]coinpulse.CoinInfo, error) {

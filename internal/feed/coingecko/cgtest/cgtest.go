@@ -65,12 +65,14 @@ type Upstream struct {
 	// ChartDelay slows every chart answer down, as CoinGecko's rate
 	// does a backfill.
 	ChartDelay time.Duration
+	// NoGlobal makes GET /global a 404 (set it before the first call).
+	NoGlobal bool
 
 	srv   *httptest.Server
 	coins []Coin
 
 	mu      sync.Mutex
-	calls   map[string]int // by kind: "markets", "chart"
+	calls   map[string]int // by kind: "markets", "chart", "global"
 	tooMany int            // the next calls answered 429
 	broken  map[string]int // coin id → 500s still to answer
 	gone    map[string]bool
@@ -142,6 +144,9 @@ func Price(c Coin, t time.Time) float64 {
 	return c.Price * math.Exp(0.1*math.Sin(2*math.Pi*s/(7*86400)+phase)+0.02*math.Sin(2*math.Pi*s/86400+2*phase))
 }
 
+// Markets is the count of exchanges GET /global answers.
+const Markets = 1476
+
 // Volume is coin c's 24 h volume at t.
 func Volume(c Coin, t time.Time) float64 { return 0.03 * Price(c, t) * c.Supply }
 
@@ -157,9 +162,12 @@ func (u *Upstream) serve(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 404, map[string]string{"error": "Not Found"})
 		return
 	}
-	kind := "markets"
-	if path != "coins/markets" {
-		kind = "chart"
+	kind := "chart"
+	switch path {
+	case "coins/markets":
+		kind = "markets"
+	case "global":
+		kind = "global"
 	}
 	u.mu.Lock()
 	u.calls[kind]++
@@ -174,6 +182,13 @@ func (u *Upstream) serve(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 429, map[string]any{"status": map[string]any{"error_code": 429, "error_message": "You've exceeded the Rate Limit. Please visit https://www.coingecko.com/en/api/pricing to subscribe to our API plans for higher rate limits."}})
 	case u.Key != "" && r.Header.Get("x-cg-demo-api-key") != u.Key:
 		writeJSON(w, 401, map[string]any{"status": map[string]any{"error_code": 10002, "error_message": "API Key Missing"}})
+	case kind == "global" && u.NoGlobal:
+		writeJSON(w, 404, map[string]string{"error": "Not Found"})
+	case kind == "global":
+		writeJSON(w, 200, map[string]any{"data": map[string]any{
+			"active_cryptocurrencies": len(u.coins), "markets": Markets,
+			"total_market_cap": map[string]float64{"usd": 2.6e12}, "updated_at": u.Now().Unix(),
+		}})
 	case r.URL.Query().Get("vs_currency") != "usd":
 		writeJSON(w, 400, map[string]any{"error": "invalid vs_currency"})
 	case kind == "markets":
