@@ -133,13 +133,17 @@ type savedState struct {
 func (e *Engine) stateKey() string { return "market:state:" + e.cfg.Feed.Name() }
 
 // historyKey holds the fingerprint of the feed whose figures the stored
-// history holds ("incomplete" while a backfill runs). History is stored
-// by coin id, whatever the feed: a database played by another feed since
-// this one last ran (replay after sim, then sim again) holds the other
-// feed's points, so the saved state is not reused and every coin is
-// backfilled, replacing them. A database from before the key was written
-// holds the one feed it ever had. The key is read at start only: nodes
-// sharing a database must run one feed.
+// history holds: that of the coins in the saved state, the others being
+// backfilled whole when they are next asked for. It is "incomplete" while
+// a backfill that replaces another feed's history (or starts on an empty
+// store) has saved nothing yet, and names the new feed from its first
+// progress save on (see saveProgress). History is stored by coin id,
+// whatever the feed: a database played by another feed since this one
+// last ran (replay after sim, then sim again) holds the other feed's
+// points, so the saved state is not reused and every coin is backfilled,
+// replacing them. A database from before the key was written holds the
+// one feed it ever had. The key is read at start only: nodes sharing a
+// database must run one feed.
 const historyKey = "market:history-feed"
 
 // fingerprint identifies the feed's configuration: a saved state from
@@ -204,11 +208,15 @@ func (e *Engine) Load(ctx context.Context) error {
 	}
 	if len(missing) > 0 {
 		e.cfg.Log.Info("backfilling history", "coins", len(missing), "kept", len(e.coins)-len(missing), "feed", e.cfg.Feed.Name())
-		// Until the backfill is whole the stored history is no feed's: a
-		// start after this one failed part way backfills again, whatever
-		// its feed (see historyKey).
-		if err := e.cfg.Store.PutKV(ctx, historyKey, []byte("incomplete")); err != nil {
-			return fmt.Errorf("record the history's feed: %w", err)
+		// Without a saved state of this feed the stored history may be
+		// another's: it is no feed's until the first progress save, so a
+		// start after this one failed before that backfills again,
+		// whatever its feed (see historyKey). With one, it is this feed's
+		// already, and stays so.
+		if len(saved.Coins) == 0 {
+			if err := e.cfg.Store.PutKV(ctx, historyKey, []byte("incomplete")); err != nil {
+				return fmt.Errorf("record the history's feed: %w", err)
+			}
 		}
 		// The known coins' history is whole up to now (the gap is filled
 		// above): the progress saved says so.
@@ -416,10 +424,19 @@ func (e *Engine) backfill(pctx context.Context, coins []coinpulse.CoinInfo, hour
 	go func() { wg.Wait(); close(results) }()
 
 	// A writer goroutine stores batches while the workers compute the next
-	// coins: the feed and the database work at once. It stores what the
-	// workers fetched even once a feed error or a shutdown has stopped
-	// them, so that the progress saved keeps it; its own error stops them.
-	type batch struct{ hourly, daily []coinpulse.Series }
+	// coins: the feed and the database work at once. While progress is
+	// kept (e.pending), it stores what the workers fetched even once a
+	// feed error or a shutdown has stopped them, so that the progress
+	// saved keeps it; its own error stops them. A batch with a stored
+	// channel has it closed once the writer is done with it.
+	type batch struct {
+		hourly, daily []coinpulse.Series
+		stored        chan struct{}
+	}
+	wbase := ctx
+	if e.pending != nil {
+		wbase = context.WithoutCancel(pctx)
+	}
 	batches := make(chan batch, 1)
 	writeErr := make(chan error, 1)
 	var (
@@ -429,25 +446,21 @@ func (e *Engine) backfill(pctx context.Context, coins []coinpulse.CoinInfo, hour
 	go func() {
 		var err error
 		for b := range batches {
-			if err != nil {
-				continue // drain; the first error is reported
+			if err == nil { // else drain; the first error is reported
+				err = e.storeBatch(wbase, b.hourly, b.daily)
+				if err != nil {
+					cancel()
+				} else {
+					storedMu.Lock()
+					for _, s := range b.hourly {
+						stored = append(stored, s.CoinID)
+					}
+					storedMu.Unlock()
+				}
 			}
-			wctx, wcancel := context.WithTimeout(context.WithoutCancel(pctx), time.Minute)
-			if err = e.cfg.Store.PutHistory(wctx, coinpulse.Hourly, b.hourly); err != nil {
-				err = fmt.Errorf("store hourly history: %w", err)
-			} else if err = e.cfg.Store.PutHistory(wctx, coinpulse.Daily, b.daily); err != nil {
-				err = fmt.Errorf("store daily history: %w", err)
+			if b.stored != nil {
+				close(b.stored)
 			}
-			wcancel()
-			if err != nil {
-				cancel()
-				continue
-			}
-			storedMu.Lock()
-			for _, s := range b.hourly {
-				stored = append(stored, s.CoinID)
-			}
-			storedMu.Unlock()
 		}
 		writeErr <- err
 	}()
@@ -508,12 +521,20 @@ results:
 			e.cfg.Log.Info("backfilling history", "feed", e.cfg.Feed.Name(), "coins_done", done, "coins", len(coins),
 				"took", time.Since(started).Round(time.Second), "left", (time.Since(started) / time.Duration(done) * time.Duration(len(coins)-done)).Round(time.Second))
 		}
-		if points >= 50_000 || tick && e.pending != nil {
+		switch {
+		case tick && e.pending != nil:
+			// Store what was fetched, wait for it, and save it all: a
+			// crash loses at most the coins of one Progress.
+			cur.stored = make(chan struct{})
+			batches <- cur
+			<-cur.stored
+			if progress() {
+				e.saveProgress(pctx)
+			}
+			cur, points = batch{}, 0
+		case points >= 50_000:
 			batches <- cur
 			cur, points = batch{}, 0
-		}
-		if tick && e.pending != nil && progress() {
-			e.saveProgress(pctx) // the coins of the batches stored since the last tick
 		}
 	}
 	if len(cur.hourly) > 0 {
@@ -521,8 +542,10 @@ results:
 	}
 	close(batches)
 	werr := <-writeErr
-	if failed := feedErr != nil || werr != nil || ctx.Err() != nil; failed && e.pending != nil && progress() {
-		// What was stored is kept: the next start goes on from there.
+	if e.pending != nil && progress() {
+		// What was stored is kept: after a failure or a stop the next
+		// start goes on from there, and after a success Load's steps
+		// after the backfill may still fail.
 		e.saveProgress(pctx)
 	}
 	// The feed's error first: it stopped the workers, and the writer's
@@ -533,6 +556,20 @@ results:
 		return werr
 	}
 	return ctx.Err()
+}
+
+// storeBatch stores a backfill batch's hourly and daily series, each
+// write given a minute at most.
+func (e *Engine) storeBatch(ctx context.Context, hourly, daily []coinpulse.Series) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := e.cfg.Store.PutHistory(ctx, coinpulse.Hourly, hourly); err != nil {
+		return fmt.Errorf("store hourly history: %w", err)
+	}
+	if err := e.cfg.Store.PutHistory(ctx, coinpulse.Daily, daily); err != nil {
+		return fmt.Errorf("store daily history: %w", err)
+	}
+	return nil
 }
 
 // Run quotes the feed on every Refresh boundary until ctx ends, then saves

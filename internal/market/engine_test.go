@@ -1411,3 +1411,40 @@ func TestEngineBackfillSavesProgress(t *testing.T) {
 		t.Errorf("the second start backfilled %d coins in full; want the %d not saved, or fewer", full, 1000-saved)
 	}
 }
+
+// A start that goes on from a saved backfill's progress keeps it when it
+// fails, or is stopped, before it stores a coin of its own: the start
+// after it goes on from the same point (a review found the second attempt
+// marking the history "incomplete", so that the third backfilled all).
+func TestEngineResumedBackfillKeepsProgressItSavedNothingTo(t *testing.T) {
+	t.Parallel()
+	for _, stop := range []bool{false, true} {
+		store := openStore(t, filepath.Join(t.TempDir(), "db"))
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+		e := New(Config{Feed: &flakyFeed{spyFeed: newSpy(t, 1), failAt: 1001}, Store: store, Clock: func() time.Time { return start }, Log: quiet, Refresh: time.Millisecond})
+		if err := e.Load(context.Background()); err == nil {
+			t.Fatal("the first attempt did not fail")
+		}
+		// The second: every call fails at once (the upstream down), or
+		// it is stopped while its first calls wait.
+		f := &stallingFeed{spyFeed: newSpy(t, 1), stallAt: 1, stalled: make(chan struct{}), release: make(chan struct{})}
+		ctx, cancel := context.WithCancel(context.Background())
+		e = New(Config{Feed: f, Store: store, Clock: func() time.Time { return start }, Log: quiet, Refresh: time.Millisecond})
+		done := make(chan error, 1)
+		go func() { done <- e.Load(ctx) }()
+		if stop {
+			<-f.stalled
+			cancel()
+		}
+		close(f.release)
+		if err := <-done; err == nil {
+			t.Fatal("the second attempt did not fail")
+		}
+		cancel()
+		feed := newSpy(t, 1)
+		loadEngine(t, feed, store, &fakeClock{t: start}, 0)
+		if full := fullBackfills(feed, start); full > 510 {
+			t.Errorf("stopped %v: the third attempt backfilled %d coins in full; want the ~500 the first did not store", stop, full)
+		}
+	}
+}

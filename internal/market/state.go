@@ -104,7 +104,11 @@ func (r *ring[T]) at(t int64) (price, mcap float64, ok bool) {
 	}
 	f := float64(t-(r.Start+int64(i)*r.Step)) / float64(r.Step)
 	lerp := func(a, b T) float64 { return float64(a) + (float64(b)-float64(a))*f }
-	if r.Caps && r.Cap[i] != 0 && r.Cap[i+1] != 0 {
+	switch {
+	case !r.Caps:
+	case f == 0:
+		mcap = float64(r.Cap[i])
+	case r.Cap[i] != 0 && r.Cap[i+1] != 0:
 		mcap = lerp(r.Cap[i], r.Cap[i+1])
 	}
 	return lerp(r.Price[i], r.Price[i+1]), mcap, true

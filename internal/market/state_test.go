@@ -40,10 +40,14 @@ func TestRing(t *testing.T) {
 	if r.Start != 250 || len(r.Price) != 1 {
 		t.Errorf("after a gap: start %d, %v", r.Start, r.Price)
 	}
-	// Between a known market cap and an unknown one (0), none is known.
+	// Between a known market cap and an unknown one (0), none is known;
+	// on the known one's point, it is.
 	r.add(260, 3, 0)
 	if p, m, ok := r.at(255); !ok || p != 2 || m != 0 {
 		t.Errorf("at(255) = %v %v %v, want 2 and an unknown (0) market cap", p, m, ok)
+	}
+	if p, m, ok := r.at(250); !ok || p != 1 || m != 1 {
+		t.Errorf("at(250) = %v %v %v, want the point's own 1 and 1", p, m, ok)
 	}
 	d := ring[float32]{Step: 10, Keep: 2}
 	d.add(10, 1, 99)

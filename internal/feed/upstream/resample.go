@@ -50,7 +50,15 @@ func Resample(samples []Sample, step time.Duration, from, to time.Time) []coinpu
 			a, b := samples[i-1], samples[i]
 			f := float64(t-a.T) / float64(b.T-a.T)
 			lerp := func(x, y float64) float64 { return x + (y-x)*f }
-			p = coinpulse.HistoryPoint{Price: lerp(a.Price, b.Price), MarketCap: lerp(a.MarketCap, b.MarketCap), TotalVolume: lerp(a.Volume, b.Volume)}
+			// A market cap or a volume of 0 is unknown: so is one drawn
+			// from it.
+			known := func(x, y float64) float64 {
+				if x == 0 || y == 0 {
+					return 0
+				}
+				return lerp(x, y)
+			}
+			p = coinpulse.HistoryPoint{Price: lerp(a.Price, b.Price), MarketCap: known(a.MarketCap, b.MarketCap), TotalVolume: known(a.Volume, b.Volume)}
 		default:
 			s, ok := nearest(samples, i, t, stepMs)
 			if !ok {
