@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -387,6 +388,81 @@ func TestMarketOrders(t *testing.T) {
 	}
 	if string(res.Data) != "[]" {
 		t.Errorf("page past the end data %s, want []", res.Data)
+	}
+}
+
+// ids selects coins: in the order asked for, paged and counted as the
+// whole listing; an unknown id is named in meta, not an error; the
+// answer is one whatever the spelling of the same set.
+func TestMarketsIDs(t *testing.T) {
+	srv := testServer(t)
+	key := proKey(t)
+	snap := shared.engine.Current().ID
+	get := func(query string) *response {
+		return do(t, srv, "GET", "/api/v1/markets?snapshot="+snap+"&"+query, key)
+	}
+	ids := func(res *response) []string {
+		var out []string
+		for _, it := range decode[[]coinpulse.MarketItem](t, res) {
+			out = append(out, it.ID)
+		}
+		return out
+	}
+	res := get("ids=solana,%20ethereum%20,nope,bitcoin,ethereum,sim-zzzz-none")
+	if got, want := ids(res), []string{"bitcoin", "ethereum", "solana"}; !slices.Equal(got, want) {
+		t.Errorf("ids: %v, want %v (by market cap)", got, want)
+	}
+	if res.Meta["total"] != 3.0 || res.Meta["total_pages"] != 1.0 || fmt.Sprint(res.Meta["unknown_ids"]) != "[nope sim-zzzz-none]" {
+		t.Errorf("meta %v", res.Meta)
+	}
+	// Each coin as the whole listing shows it.
+	all := decode[[]coinpulse.MarketItem](t, get("per_page=10"))
+	if one := decode[[]coinpulse.MarketItem](t, get("ids=bitcoin")); len(one) != 1 || !reflect.DeepEqual(one[0], all[0]) {
+		t.Errorf("ids=bitcoin: %+v, want %+v", one, all[0])
+	}
+	if got := ids(get("ids=bitcoin,ethereum,solana&order=price_desc")); !slices.Equal(got, []string{"bitcoin", "ethereum", "solana"}) {
+		t.Errorf("price_desc: %v", got)
+	}
+	asc := get("ids=bitcoin,ethereum,solana&order=market_cap_asc&per_page=2&page=2")
+	if got := ids(asc); !slices.Equal(got, []string{"bitcoin"}) || asc.Meta["total"] != 3.0 || asc.Meta["total_pages"] != 2.0 || asc.Meta["unknown_ids"] != nil {
+		t.Errorf("market_cap_asc, page 2 of 2: %v, meta %v", got, asc.Meta)
+	}
+	if past := get("ids=bitcoin&page=2"); string(past.Data) != "[]" || past.Meta["total"] != 1.0 {
+		t.Errorf("past the end: %s %v", past.Data, past.Meta)
+	}
+	if none := get("ids=nope"); string(none.Data) != "[]" || none.Meta["total"] != 0.0 || none.Meta["total_pages"] != 0.0 {
+		t.Errorf("no known id: %s %v", none.Data, none.Meta)
+	}
+	// The same set, spelt otherwise: the same answer and ETag.
+	a, b := get("ids=bitcoin,ethereum"), get("ids=ethereum,bitcoin,bitcoin,nope")
+	if a.Header.Get("ETag") == "" || a.Header.Get("ETag") != b.Header.Get("ETag") || string(a.Data) != string(b.Data) {
+		t.Errorf("ETags %q and %q", a.Header.Get("ETag"), b.Header.Get("ETag"))
+	}
+	if c := get("ids=bitcoin,solana"); c.Header.Get("ETag") == a.Header.Get("ETag") {
+		t.Errorf("another set, the same ETag %q", c.Header.Get("ETag"))
+	}
+	many := make([]string, 251)
+	for i := range many {
+		many[i] = fmt.Sprintf("coin-%d", i)
+	}
+	for query, part := range map[string]string{
+		"ids=":                                             "an empty id",
+		"ids=bitcoin,,ethereum":                            "an empty id",
+		"ids=bitcoin,%20":                                  "an empty id",
+		"ids=" + strings.Repeat("a", 129):                  "an id of 129 characters",
+		"ids=" + strings.Join(many, ","):                   "more than 250 ids",
+		"ids=" + strings.Join(many[:250], ","):             "",
+		"ids=bitcoin&ids=ethereum":                         "given more than once",
+		"ids=" + strings.Join(many[:250], ",") + ",coin-0": "",
+	} {
+		res := get(query)
+		if part == "" {
+			if res.Status != 200 || res.Meta["total"] != 0.0 || len(res.Meta["unknown_ids"].([]any)) != 250 {
+				t.Errorf("250 unknown ids: %d %v", res.Status, res.Meta["total"])
+			}
+			continue
+		}
+		wantField(t, res, "ids", part)
 	}
 }
 

@@ -55,6 +55,13 @@ func BenchmarkMarketsPage100(b *testing.B) { benchmarkGet(b, "/api/v1/markets?pe
 
 func BenchmarkGlobal(b *testing.B) { benchmarkGet(b, "/api/v1/markets/global", true) }
 
+// A watch list of 20 coins, one unknown: parsed, selected and looked up in
+// the memo on every call.
+func BenchmarkMarketsIDs20(b *testing.B) {
+	benchmarkGet(b, "/api/v1/markets?ids=bitcoin,ethereum,solana,cardano,ripple,dogecoin,tron,chainlink,polkadot,litecoin,"+
+		"stellar,monero,uniswap,aave,cosmos,near,aptos,sui,arbitrum,no-such-coin", true)
+}
+
 func BenchmarkCoinDetail(b *testing.B) { benchmarkGet(b, "/api/v1/coins/btc", true) }
 
 func BenchmarkSearch(b *testing.B) { benchmarkGet(b, "/api/v1/markets/search?q=bit&limit=20", true) }

@@ -3,9 +3,11 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"hash/fnv"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -168,9 +170,35 @@ var orderNames = func() []string {
 	return out
 }()
 
+// maxIDs is the most coin ids GET /markets?ids= takes: a page's worth.
+const maxIDs = 250
+
+// parseIDs reads GET /markets' ids: coin ids separated by commas (spaces
+// around them dropped), each once; an id given twice counts once.
+func parseIDs(text string) ([]string, error) {
+	var ids []string
+	seen := make(map[string]bool)
+	for part := range strings.SplitSeq(text, ",") {
+		id := strings.TrimSpace(part)
+		switch {
+		case id == "":
+			return nil, coinpulse.ValidationError("ids", "an empty id: give coin ids separated by commas, such as bitcoin,ethereum")
+		case len(id) > 128:
+			return nil, coinpulse.ValidationError("ids", fmt.Sprintf("an id of %d characters: coin ids have at most 128", len(id)))
+		case seen[id]:
+			continue
+		case len(ids) == maxIDs:
+			return nil, coinpulse.ValidationError("ids", fmt.Sprintf("more than %d ids: ask for at most %d at once", maxIDs, maxIDs))
+		}
+		seen[id] = true
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
 // GET /markets
 func (s *Server) listMarkets(w http.ResponseWriter, r *http.Request) error {
-	q, err := parseQuery(r.URL.RawQuery, "page", "per_page", "order", "snapshot")
+	q, err := parseQuery(r.URL.RawQuery, "page", "per_page", "order", "snapshot", "ids")
 	if err != nil {
 		return err
 	}
@@ -190,19 +218,42 @@ func (s *Server) listMarkets(w http.ResponseWriter, r *http.Request) error {
 	if given && id == "" {
 		return coinpulse.ValidationError("snapshot", "must not be empty: give a meta.snapshot of an earlier page, or leave it out to read the latest data")
 	}
+	var ids []string
+	if text, given := q.str("ids"); given {
+		if ids, err = parseIDs(text); err != nil {
+			return err
+		}
+	}
 	snap, err := s.currentSnapshot(w, id)
 	if err != nil {
 		return err
 	}
 	key := "markets|" + order + "|" + strconv.Itoa(page) + "|" + strconv.Itoa(perPage)
 	total := snap.Len()
-	totalPages := (total + perPage - 1) / perPage
+	var selected []*coinpulse.CoinDetail
 	m := s.marketMeta(w, snap)
+	if ids != nil {
+		selected, m.UnknownIDs = snap.Select(market.Order(order), ids)
+		total = len(selected)
+		// The answer depends on the set of coins found, not on how the ids
+		// were written: one cached answer serves every spelling of it.
+		found := make([]string, len(selected))
+		for i, c := range selected {
+			found[i] = c.ID
+		}
+		slices.Sort(found)
+		key += "|ids=" + strings.Join(found, ",")
+	}
+	totalPages := (total + perPage - 1) / perPage
 	m.CurrentPage, m.TotalPages, m.TotalResults = &page, &totalPages, &total
 	m.Page, m.PerPage, m.Total = &page, &perPage, &total
 	return s.respond(w, r, snap, key, &m, func() (any, error) {
-		coins, _ := snap.Page(market.Order(order), page, perPage)
-		return items(coins), nil
+		if ids == nil {
+			coins, _ := snap.Page(market.Order(order), page, perPage)
+			return items(coins), nil
+		}
+		start := min((page-1)*perPage, len(selected))
+		return items(selected[start:min(start+perPage, len(selected))]), nil
 	})
 }
 

@@ -139,6 +139,8 @@ func TestResponsesMatchSpec(t *testing.T) {
 	cases := []struct{ route, target, key string }{
 		{"/markets", "/api/v1/markets?per_page=3", key},
 		{"/markets", "/api/v1/markets?per_page=0", key},
+		{"/markets", "/api/v1/markets?ids=ethereum,nope,bitcoin&order=price_desc", key},
+		{"/markets", "/api/v1/markets?ids=bitcoin,,x", key},
 		{"/markets", "/api/v1/markets", ""},
 		{"/markets/search", "/api/v1/markets/search?q=bit&limit=2", key},
 		{"/markets/global", "/api/v1/markets/global", key},

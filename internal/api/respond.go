@@ -39,6 +39,8 @@ type Meta struct {
 	Total        *int `json:"total,omitempty"`
 	// HasMore says whether more items follow this page (transactions).
 	HasMore *bool `json:"has_more,omitempty"`
+	// UnknownIDs are the ids of GET /markets?ids= that name no coin.
+	UnknownIDs []string `json:"unknown_ids,omitempty"`
 }
 
 type errorBody struct {
@@ -144,6 +146,11 @@ func (m *Meta) appendJSON(b []byte) []byte {
 	if m.HasMore != nil {
 		b = append(b, `,"has_more":`...)
 		b = strconv.AppendBool(b, *m.HasMore)
+	}
+	if len(m.UnknownIDs) > 0 {
+		q, _ := json.Marshal(m.UnknownIDs)
+		b = append(b, `,"unknown_ids":`...)
+		b = append(b, q...)
 	}
 	return append(b, '}')
 }

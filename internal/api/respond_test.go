@@ -24,6 +24,7 @@ func TestMetaAppendJSONMatchesEncodingJSON(t *testing.T) {
 		{Timestamp: "t", RequestID: "r", CurrentPage: &one, TotalPages: &two, TotalResults: &big, Page: &one, PerPage: &two, Total: &big},
 		{Timestamp: "t", RequestID: "r", TotalResults: &big, PerPage: &two, Total: &big, HasMore: &yes},
 		{Timestamp: "t", RequestID: "r", PerPage: &two, Total: &one, HasMore: &no},
+		{Timestamp: "t", RequestID: "r", Page: &one, Total: &one, UnknownIDs: []string{"nope", `we"ird<&>\id`, "é "}},
 	} {
 		want, err := json.Marshal(&m)
 		if err != nil {

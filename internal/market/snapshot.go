@@ -125,28 +125,12 @@ func Build(id string, asOf time.Time, feed string, simulated bool, details []coi
 		k.all = k.symbol + "\x00" + k.name + "\x00" + k.id
 		s.lower[i] = k
 	}
-	byRank := func(a, b *coinpulse.CoinDetail) int { return a.Place - b.Place }
-	sorted := func(key func(a, b *coinpulse.CoinDetail) int) []*coinpulse.CoinDetail {
-		out := slices.Clone(s.coins)
-		slices.SortStableFunc(out, func(a, b *coinpulse.CoinDetail) int {
-			if c := key(a, b); c != 0 {
-				return c
-			}
-			return byRank(a, b)
-		})
-		return out
-	}
 	s.orders[MarketCapDesc] = s.coins
-	// Ascending too, an unknown market cap comes after every known one.
-	s.orders[MarketCapAsc] = sorted(func(a, b *coinpulse.CoinDetail) int {
-		if (a.MarketCap == nil) != (b.MarketCap == nil) {
-			return cmp.Compare(marketCap(b), marketCap(a))
-		}
-		return cmp.Compare(marketCap(a), marketCap(b))
-	})
-	// An unknown volume sorts after every known one.
-	s.orders[VolumeDesc] = sorted(func(a, b *coinpulse.CoinDetail) int { return cmp.Compare(volume(b), volume(a)) })
-	s.orders[PriceDesc] = sorted(func(a, b *coinpulse.CoinDetail) int { return cmp.Compare(b.CurrentPrice, a.CurrentPrice) })
+	for _, o := range Orders[1:] {
+		out := slices.Clone(s.coins)
+		slices.SortStableFunc(out, o.compare)
+		s.orders[o] = out
+	}
 
 	for _, c := range s.coins {
 		if c.PriceChangePercentage24h != nil && c.TotalVolume != nil && *c.TotalVolume >= minMoverVolume {
@@ -162,6 +146,45 @@ func Build(id string, asOf time.Time, feed string, simulated bool, details []coi
 	})
 	s.Global = global(s.coins, markets)
 	return s
+}
+
+// compare orders coins as o lists them: by its key, ties by place (the
+// default order's: market cap, ties by id), which is all of
+// MarketCapDesc's.
+func (o Order) compare(a, b *coinpulse.CoinDetail) int {
+	var c int
+	switch o {
+	case MarketCapAsc:
+		// Ascending too, an unknown market cap comes after every known one.
+		if (a.MarketCap == nil) != (b.MarketCap == nil) {
+			c = cmp.Compare(marketCap(b), marketCap(a))
+		} else {
+			c = cmp.Compare(marketCap(a), marketCap(b))
+		}
+	case VolumeDesc:
+		// An unknown volume sorts after every known one.
+		c = cmp.Compare(volume(b), volume(a))
+	case PriceDesc:
+		c = cmp.Compare(b.CurrentPrice, a.CurrentPrice)
+	}
+	if c != 0 {
+		return c
+	}
+	return a.Place - b.Place
+}
+
+// Select returns the coins with the given ids in order's order, and the
+// ids of no coin in the snapshot, as given. ids must be distinct.
+func (s *Snapshot) Select(order Order, ids []string) (coins []*coinpulse.CoinDetail, unknown []string) {
+	for _, id := range ids {
+		if c := s.byID[id]; c != nil {
+			coins = append(coins, c)
+		} else {
+			unknown = append(unknown, id)
+		}
+	}
+	slices.SortFunc(coins, order.compare)
+	return coins, unknown
 }
 
 // marketCap is a coin's market cap, −1 when it is not known.

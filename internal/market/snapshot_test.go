@@ -784,6 +784,22 @@ func BenchmarkPage(b *testing.B) {
 	}
 }
 
+func BenchmarkSelect(b *testing.B) {
+	s := Build("s", asOf, "test", false, details(manyCoins(10_000, 11)...), nil, 50_000)
+	ids := make([]string, 250)
+	for i := range ids {
+		ids[i] = s.coins[(i*37)%len(s.coins)].ID
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		if got, _ := s.Select(Orders[i%len(Orders)], ids); len(got) != 250 {
+			b.Fatalf("%d coins", len(got))
+		}
+	}
+}
+
 func BenchmarkSearch10000(b *testing.B) {
 	s := Build("s", asOf, "test", false, details(manyCoins(10_000, 10)...), nil, 50_000)
 	queries := []string{"coin 12", "c42", "Coin", "zz", "C7"}
