@@ -227,6 +227,16 @@ func TestAlertFiresOnceAfterRestart(t *testing.T) {
 	if left := time.Until(time.Now().Truncate(time.Hour).Add(time.Hour)); left < 90*time.Second {
 		time.Sleep(left + 2*time.Second) // let the hour's tick pass first
 	}
+	// The evaluator takes the start's snapshot after the node is ready:
+	// an alert armed before it has would be crossed by its prices (a CI
+	// run under load saw it fire so). It logs loading the index as it
+	// takes the snapshot, and ticks it at once.
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(p.stderr.String(), "alert index loaded"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the evaluator took no snapshot in 30 s:\n%s", p.stderr)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
 	rc := newE2EReceiver(t, nil)
 	hook := p.data(t, 201, "POST", "/api/v1/webhooks", key, `{"url":"`+rc.srv.URL+`/hook"}`)
 	secret, hookID := hook["secret"].(string), hook["id"].(json.Number).String()
