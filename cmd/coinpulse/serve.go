@@ -612,9 +612,12 @@ func (c *serveConfig) checkCoinGecko() error {
 	case strings.HasPrefix(host, "pro-api.") && c.coingecko.APIKey == "":
 		return fmt.Errorf("--coingecko-url %s: a paid plan's API needs its key: --coingecko-key-file", c.coingecko.BaseURL)
 	}
+	// The quotes' calls, and the hourly one for the count of exchanges,
+	// must fit the rate, or the refreshes fall behind.
 	perRefresh := (c.coingecko.Coins + 249) / 250
-	if perMinute := float64(perRefresh) * float64(time.Minute) / float64(c.refresh); perMinute > float64(c.coingecko.CallsPerMinute) {
-		return fmt.Errorf("--refresh %s: quoting %d coins takes %d CoinGecko calls a refresh, %.0f a minute, more than --coingecko-rate %d; refresh less often", c.refresh, c.coingecko.Coins, perRefresh, perMinute, c.coingecko.CallsPerMinute)
+	if perHour := float64(perRefresh)*float64(time.Hour)/float64(c.refresh) + 1; perHour > float64(c.coingecko.CallsPerMinute)*60 {
+		return fmt.Errorf("--refresh %s: quoting %d coins takes %d CoinGecko calls a refresh, %.0f an hour with the hourly count of exchanges, more than --coingecko-rate %d allows (%d an hour); refresh less often",
+			c.refresh, c.coingecko.Coins, perRefresh, perHour, c.coingecko.CallsPerMinute, c.coingecko.CallsPerMinute*60)
 	}
 	return nil
 }

@@ -433,13 +433,16 @@ func TestMarketsIDs(t *testing.T) {
 	if none := get("ids=nope"); string(none.Data) != "[]" || none.Meta["total"] != 0.0 || none.Meta["total_pages"] != 0.0 {
 		t.Errorf("no known id: %s %v", none.Data, none.Meta)
 	}
-	// The same set, spelt otherwise: the same answer and ETag.
-	a, b := get("ids=bitcoin,ethereum"), get("ids=ethereum,bitcoin,bitcoin,nope")
+	// The same answer, spelt otherwise: the same ETag; another set, or
+	// other unknown ids (which meta names), another.
+	a, b := get("ids=bitcoin,ethereum,nope"), get("ids=ethereum,%20bitcoin,bitcoin,nope")
 	if a.Header.Get("ETag") == "" || a.Header.Get("ETag") != b.Header.Get("ETag") || string(a.Data) != string(b.Data) {
 		t.Errorf("ETags %q and %q", a.Header.Get("ETag"), b.Header.Get("ETag"))
 	}
-	if c := get("ids=bitcoin,solana"); c.Header.Get("ETag") == a.Header.Get("ETag") {
-		t.Errorf("another set, the same ETag %q", c.Header.Get("ETag"))
+	for _, other := range []string{"ids=bitcoin,solana,nope", "ids=bitcoin,ethereum", "ids=bitcoin,ethereum,typo"} {
+		if c := get(other); c.Header.Get("ETag") == a.Header.Get("ETag") {
+			t.Errorf("%s: the ETag of ids=bitcoin,ethereum,nope, %q", other, c.Header.Get("ETag"))
+		}
 	}
 	many := make([]string, 251)
 	for i := range many {
@@ -450,6 +453,7 @@ func TestMarketsIDs(t *testing.T) {
 		"ids=bitcoin,,ethereum":                            "an empty id",
 		"ids=bitcoin,%20":                                  "an empty id",
 		"ids=" + strings.Repeat("a", 129):                  "an id of 129 characters",
+		"ids=" + strings.Repeat("é", 129):                  "an id of 129 characters",
 		"ids=" + strings.Join(many, ","):                   "more than 250 ids",
 		"ids=" + strings.Join(many[:250], ","):             "",
 		"ids=bitcoin&ids=ethereum":                         "given more than once",
@@ -463,6 +467,10 @@ func TestMarketsIDs(t *testing.T) {
 			continue
 		}
 		wantField(t, res, "ids", part)
+	}
+	// 128 characters of two bytes each: an id, unknown.
+	if res := get("ids=" + strings.Repeat("é", 128)); res.Status != 200 || len(res.Meta["unknown_ids"].([]any)) != 1 {
+		t.Errorf("an id of 128 two-byte characters: %d %v", res.Status, res.Meta)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"coinpulse"
 	"coinpulse/internal/market"
@@ -183,8 +184,8 @@ func parseIDs(text string) ([]string, error) {
 		switch {
 		case id == "":
 			return nil, coinpulse.ValidationError("ids", "an empty id: give coin ids separated by commas, such as bitcoin,ethereum")
-		case len(id) > 128:
-			return nil, coinpulse.ValidationError("ids", fmt.Sprintf("an id of %d characters: coin ids have at most 128", len(id)))
+		case utf8.RuneCountInString(id) > 128:
+			return nil, coinpulse.ValidationError("ids", fmt.Sprintf("an id of %d characters: coin ids have at most 128", utf8.RuneCountInString(id)))
 		case seen[id]:
 			continue
 		case len(ids) == maxIDs:
@@ -235,14 +236,16 @@ func (s *Server) listMarkets(w http.ResponseWriter, r *http.Request) error {
 	if ids != nil {
 		selected, m.UnknownIDs = snap.Select(market.Order(order), ids)
 		total = len(selected)
-		// The answer depends on the set of coins found, not on how the ids
-		// were written: one cached answer serves every spelling of it.
+		// The answer depends on the set of ids found, not on how they were
+		// written, and on the unknown ones meta names, as given: every
+		// spelling of the same answer shares one cached body and ETag.
 		found := make([]string, len(selected))
 		for i, c := range selected {
 			found[i] = c.ID
 		}
 		slices.Sort(found)
-		key += "|ids=" + strings.Join(found, ",")
+		key = "selection|" + order + "|" + strconv.Itoa(page) + "|" + strconv.Itoa(perPage) +
+			"|" + strings.Join(found, ",") + "|" + strings.Join(m.UnknownIDs, ",")
 	}
 	totalPages := (total + perPage - 1) / perPage
 	m.CurrentPage, m.TotalPages, m.TotalResults = &page, &totalPages, &total

@@ -56,7 +56,7 @@ type Snapshot struct {
 	memo sync.Map
 	// budget is what the memo holds, by class of key (see memoClass), so
 	// that one kind of response cannot crowd out another.
-	budget [3]memoBudget
+	budget [4]memoBudget
 	// retired is set once a newer snapshot replaced this one: its memo is
 	// emptied and takes nothing more (see Retire).
 	retired atomic.Bool
@@ -66,14 +66,17 @@ type Snapshot struct {
 type memoBudget struct{ entries, bytes atomic.Int64 }
 
 // memoClass is the budget a key counts against: the pages of /markets,
-// the histories (large), and the rest (a coin, global, movers, the
-// portfolios' prices: small and asked for often).
+// the histories (large), the selections of /markets?ids= (one a watch
+// list: they must not crowd out the pages), and the rest (a coin, global,
+// movers, the portfolios' prices: small and asked for often).
 func memoClass(key string) int {
 	switch {
 	case strings.HasPrefix(key, "markets|"):
 		return 0
 	case strings.HasPrefix(key, "history|"):
 		return 1
+	case strings.HasPrefix(key, "selection|"):
+		return 3
 	}
 	return 2
 }
@@ -367,9 +370,9 @@ func Memo[T any](s *Snapshot, key string, build func() (T, error)) (T, error) {
 	if err != nil || s.retired.Load() {
 		return v, err
 	}
-	size := int64(0)
+	size := int64(len(key)) // a selection's key can be kilobytes
 	if m, ok := any(v).(MemoSizer); ok {
-		size = int64(m.MemoSize())
+		size += int64(m.MemoSize())
 	}
 	// Reserved before the store and given back when the value is not
 	// kept (over the bound, or another caller stored the key first), so

@@ -670,7 +670,7 @@ func TestMemo(t *testing.T) {
 	})
 	t.Run("bounded in bytes", func(t *testing.T) {
 		s := build(t, manyCoins(10, 6)...)
-		big := sized(make([]byte, maxMemoBytes/4))
+		big := sized(make([]byte, maxMemoBytes/4-len("history|0"))) // with its key, a quarter
 		for i := range 6 {
 			Memo(s, "history|"+strconv.Itoa(i), func() (sized, error) { return big, nil })
 		}
@@ -693,6 +693,23 @@ func TestMemo(t *testing.T) {
 			t.Errorf("a page of /markets built %d times after the other responses filled their bound, want 1", builds)
 		}
 	})
+	t.Run("the selections of /markets?ids= apart from its pages", func(t *testing.T) {
+		s := build(t, manyCoins(10, 6)...)
+		for i := range maxMemo + 10 { // every subscriber's watch list
+			Memo(s, "selection|market_cap_desc|1|100|c"+strconv.Itoa(i)+"|", func() (sized, error) { return sized("x"), nil })
+		}
+		builds := 0
+		for range 3 {
+			Memo(s, "markets|market_cap_desc|1|100", func() (sized, error) { builds++; return sized("page"), nil })
+		}
+		if builds != 1 {
+			t.Errorf("a page of /markets built %d times after the selections filled their bound, want 1", builds)
+		}
+		// Keys count in the bytes: a selection's can be kilobytes.
+		if b := s.budget[3].bytes.Load(); b < int64(maxMemo*len("selection|market_cap_desc|1|100|c0|")) {
+			t.Errorf("the selections' budget counts %d bytes, less than their keys", b)
+		}
+	})
 	t.Run("callers of one key at once count it once", func(t *testing.T) {
 		s := build(t, manyCoins(10, 6)...)
 		var wg sync.WaitGroup
@@ -704,8 +721,8 @@ func TestMemo(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		if e, b := s.budget[0].entries.Load(), s.budget[0].bytes.Load(); e != 1 || b != maxMemoBytes/8 {
-			t.Errorf("64 callers of one key: the budget counts %d entries and %d bytes, want 1 and %d (review: duplicates used it up)", e, b, maxMemoBytes/8)
+		if e, b := s.budget[0].entries.Load(), s.budget[0].bytes.Load(); e != 1 || b != maxMemoBytes/8+int64(len("markets|page")) {
+			t.Errorf("64 callers of one key: the budget counts %d entries and %d bytes, want 1 and %d with its key (review: duplicates used it up)", e, b, maxMemoBytes/8+len("markets|page"))
 		}
 		builds := 0
 		Memo(s, "markets|other", func() (sized, error) { builds++; return sized("x"), nil })

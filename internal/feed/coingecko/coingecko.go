@@ -107,14 +107,19 @@ type Feed struct {
 	universe []string           // ids, in the order Universe returned them
 	charts   map[string]fetched // the hourly chart just fetched per coin, until its daily points are asked for
 	// markets is CoinGecko's count of exchanges (0: not known yet), read
-	// from /global at most every marketsEvery.
-	markets   int
-	marketsAt time.Time
+	// from /global at most every marketsEvery, by one read at a time.
+	markets     int
+	marketsAt   time.Time
+	marketsRead bool
 }
 
 // marketsEvery is how often Quotes reads CoinGecko's count of markets:
-// a call an hour, next to 60 for the quotes of 250 coins every minute.
-const marketsEvery = time.Hour
+// a call an hour, next to 60 for the quotes of 250 coins every minute; a
+// read that failed is tried again marketsRetry later.
+const (
+	marketsEvery = time.Hour
+	marketsRetry = 5 * time.Minute
+)
 
 // fetched is a chart CoinGecko answered for [from, to].
 type fetched struct {
@@ -319,31 +324,40 @@ func (f *Feed) Quotes(ctx context.Context, now time.Time) ([]coinpulse.Quote, er
 	return out, nil
 }
 
-// readMarkets reads CoinGecko's count of markets when it is marketsEvery
-// old, or unknown; a failure is logged, the last count kept, and the read
-// tried again marketsEvery later.
+// readMarkets starts a read of CoinGecko's count of markets when the last
+// is marketsEvery old, or none was made, and none is under way. It runs
+// on its own, so that its call (retried, as every call, through a failing
+// upstream: a minute or more) never holds the quotes up; the snapshots
+// after it ends carry the count. A failure is logged, the last count
+// kept, and the read tried again marketsRetry later.
 func (f *Feed) readMarkets(ctx context.Context, now time.Time) {
 	f.mu.Lock()
-	due := f.marketsAt.IsZero() || now.Sub(f.marketsAt) >= marketsEvery
+	due := !f.marketsRead && (f.marketsAt.IsZero() || now.Sub(f.marketsAt) >= marketsEvery)
 	if due {
-		f.marketsAt = now
+		f.marketsAt, f.marketsRead = now, true
 	}
 	f.mu.Unlock()
 	if !due {
 		return
 	}
-	body, err := f.c.Get(ctx, "/global", nil)
-	var n int
-	if err == nil {
-		n, err = ParseGlobal(body)
-	}
-	if err != nil {
-		f.log.Warn("coingecko: the count of markets (GET /global) failed; trying again in an hour", "err", err)
-		return
-	}
-	f.mu.Lock()
-	f.markets = n
-	f.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), marketsRetry)
+		defer cancel()
+		body, err := f.c.Get(ctx, "/global", nil)
+		var n int
+		if err == nil {
+			n, err = ParseGlobal(body)
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.marketsRead = false
+		if err != nil {
+			f.marketsAt = now.Add(marketsRetry - marketsEvery)
+			f.log.Warn("coingecko: the count of markets (GET /global) failed; trying again in 5 minutes", "err", err)
+			return
+		}
+		f.markets = n
+	}()
 }
 
 // Markets returns CoinGecko's count of exchanges, as of the last hourly

@@ -259,19 +259,45 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
-// Quotes read CoinGecko's count of markets at once, then hourly; a read
-// that fails leaves it unknown and the quotes as they are.
+// settled waits for the read of the count of markets under way, if any.
+func settled(t *testing.T, f *Feed) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		f.mu.Lock()
+		reading := f.marketsRead
+		f.mu.Unlock()
+		if !reading {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the read of the count of markets did not end in 10 s")
+		}
+	}
+}
+
+// Quotes read CoinGecko's count of markets at once, then hourly, on their
+// own: a read held up does not hold the quotes. One that fails leaves the
+// count as it was, and is tried again five minutes later.
 func TestMarketsCount(t *testing.T) {
 	up := cgtest.Start(t, cgtest.Coins(3))
+	up.GlobalGate = make(chan struct{})
 	f := newFeed(t, up, Config{Coins: 3})
 	ctx := context.Background()
 	if _, err := f.Universe(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n, ok := f.Markets(); ok {
-		t.Errorf("Markets() before any quote = %d, want unknown", n)
-	}
 	now := time.Now()
+	// The first read is held: the quotes come all the same.
+	for range 2 {
+		if q, err := f.Quotes(ctx, now); err != nil || len(q) != 3 {
+			t.Fatalf("Quotes while /global is held: %v, %d quotes", err, len(q))
+		}
+	}
+	if n, ok := f.Markets(); ok {
+		t.Errorf("Markets() before /global answered = %d, want unknown", n)
+	}
+	close(up.GlobalGate)
+	settled(t, f)
 	for i, tt := range []struct {
 		after time.Duration
 		calls int
@@ -279,24 +305,29 @@ func TestMarketsCount(t *testing.T) {
 		if q, err := f.Quotes(ctx, now.Add(tt.after)); err != nil || len(q) != 3 {
 			t.Fatalf("Quotes %d: %v, %d quotes", i, err, len(q))
 		}
+		settled(t, f)
 		if n, ok := f.Markets(); n != cgtest.Markets || !ok || up.Calls("global") != tt.calls {
 			t.Errorf("after Quotes at +%s: Markets() = %d, %v after %d calls; want %d after %d", tt.after, n, ok, up.Calls("global"), cgtest.Markets, tt.calls)
 		}
 	}
 
 	up = cgtest.Start(t, cgtest.Coins(3))
-	up.NoGlobal = true
+	up.GlobalStatus = http.StatusBadGateway // retried, then failed
 	f = newFeed(t, up, Config{Coins: 3})
 	if _, err := f.Universe(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for range 2 {
-		if q, err := f.Quotes(ctx, now); err != nil || len(q) != 3 {
-			t.Fatalf("Quotes without /global: %v, %d quotes", err, len(q))
+	for i, tt := range []struct {
+		after time.Duration
+		calls int
+	}{{0, 6}, {4 * time.Minute, 6}, {5 * time.Minute, 12}} {
+		if q, err := f.Quotes(ctx, now.Add(tt.after)); err != nil || len(q) != 3 {
+			t.Fatalf("Quotes %d without /global: %v, %d quotes", i, err, len(q))
 		}
-	}
-	if n, ok := f.Markets(); ok || up.Calls("global") != 1 {
-		t.Errorf("without /global: Markets() = %d, %v after %d calls; want unknown after 1 (the next an hour later)", n, ok, up.Calls("global"))
+		settled(t, f)
+		if n, ok := f.Markets(); ok || up.Calls("global") != tt.calls {
+			t.Errorf("without /global, at +%s: Markets() = %d, %v after %d calls; want unknown after %d (6 attempts a read, a read 5 minutes after a failure)", tt.after, n, ok, up.Calls("global"), tt.calls)
+		}
 	}
 }
 

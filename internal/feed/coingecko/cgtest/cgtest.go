@@ -65,8 +65,11 @@ type Upstream struct {
 	// ChartDelay slows every chart answer down, as CoinGecko's rate
 	// does a backfill.
 	ChartDelay time.Duration
-	// NoGlobal makes GET /global a 404 (set it before the first call).
-	NoGlobal bool
+	// GlobalStatus, when set, is GET /global's status, with CoinGecko's
+	// error body; GlobalGate, when set, holds each /global answer until
+	// it is closed. Set them before the first call.
+	GlobalStatus int
+	GlobalGate   chan struct{}
 
 	srv   *httptest.Server
 	coins []Coin
@@ -182,9 +185,12 @@ func (u *Upstream) serve(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 429, map[string]any{"status": map[string]any{"error_code": 429, "error_message": "You've exceeded the Rate Limit. Please visit https://www.coingecko.com/en/api/pricing to subscribe to our API plans for higher rate limits."}})
 	case u.Key != "" && r.Header.Get("x-cg-demo-api-key") != u.Key:
 		writeJSON(w, 401, map[string]any{"status": map[string]any{"error_code": 10002, "error_message": "API Key Missing"}})
-	case kind == "global" && u.NoGlobal:
-		writeJSON(w, 404, map[string]string{"error": "Not Found"})
+	case kind == "global" && u.GlobalStatus != 0:
+		writeJSON(w, u.GlobalStatus, map[string]string{"error": http.StatusText(u.GlobalStatus)})
 	case kind == "global":
+		if u.GlobalGate != nil {
+			<-u.GlobalGate
+		}
 		writeJSON(w, 200, map[string]any{"data": map[string]any{
 			"active_cryptocurrencies": len(u.coins), "markets": Markets,
 			"total_market_cap": map[string]float64{"usd": 2.6e12}, "updated_at": u.Now().Unix(),
