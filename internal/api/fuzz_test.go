@@ -3,12 +3,14 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/shopspring/decimal"
 
@@ -34,6 +36,8 @@ func FuzzQuery(f *testing.F) {
 		{0, "per_page=0"},
 		{0, "page=1&page=2"},
 		{0, "snapshot=%ff%00"},
+		{0, "ids=bitcoin,%20ethereum,nope&order=price_desc&per_page=1&page=2"},
+		{0, "ids=,&ids=a"},
 		{1, "q=bit&limit=5"},
 		{1, "q=%20%20"},
 		{3, "type=both&limit=100"},
@@ -101,6 +105,35 @@ func FuzzQuery(f *testing.F) {
 		}
 		if err := json.Unmarshal(rec.Body.Bytes(), &env); err != nil || env.Success == nil || *env.Success != (rec.Code == 200) || (rec.Code != 200) != (env.Error != nil) {
 			t.Fatalf("GET %s?%s: not an envelope: %s", target, q, rec.Body)
+		}
+	})
+}
+
+// FuzzParseIDs: /markets' ids parse into at most 250 distinct, trimmed,
+// non-empty ids of at most 128 characters, in the order given, or are
+// refused as a VALIDATION_ERROR on ids.
+func FuzzParseIDs(f *testing.F) {
+	for _, s := range []string{"bitcoin,ethereum", " bitcoin , bitcoin ", ",", "a,,b", "", "\u00e9,x", strings.Repeat("a,", 251)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		ids, err := parseIDs(text)
+		if err != nil {
+			var e *coinpulse.Error
+			if !errors.As(err, &e) || e.Code != coinpulse.CodeValidation || len(e.Details) != 1 || e.Details[0].Field != "ids" {
+				t.Fatalf("parseIDs(%q): %v, want a VALIDATION_ERROR on ids", text, err)
+			}
+			return
+		}
+		if len(ids) == 0 || len(ids) > maxIDs {
+			t.Fatalf("parseIDs(%q): %d ids", text, len(ids))
+		}
+		seen := map[string]bool{}
+		for _, id := range ids {
+			if id == "" || id != strings.TrimSpace(id) || strings.Contains(id, ",") || utf8.RuneCountInString(id) > 128 || seen[id] {
+				t.Fatalf("parseIDs(%q): id %q", text, id)
+			}
+			seen[id] = true
 		}
 	})
 }
