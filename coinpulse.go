@@ -46,6 +46,10 @@ type KVStore interface {
 	GetKV(ctx context.Context, key string) ([]byte, error)
 	// PutKV stores value under key, replacing any previous value.
 	PutKV(ctx context.Context, key string, value []byte) error
+	// SwapKV stores value under key if the value there is old, or, with a
+	// nil old, if there is none; swapped says whether it did. Of the
+	// nodes that swap from one value at once, one does.
+	SwapKV(ctx context.Context, key string, old, value []byte) (swapped bool, err error)
 }
 
 // Clock tells the time; tests inject their own.

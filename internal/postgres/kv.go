@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"coinpulse"
 )
@@ -25,6 +26,28 @@ func (db *DB) GetKV(ctx context.Context, key string) ([]byte, error) {
 		value = []byte{}
 	}
 	return value, nil
+}
+
+// SwapKV stores value under key if the stored value is old, or, with a
+// nil old, if none is stored (coinpulse.KVStore). It returns the
+// database's error, if any.
+func (db *DB) SwapKV(ctx context.Context, key string, old, value []byte) (bool, error) {
+	if value == nil {
+		value = []byte{}
+	}
+	var tag pgconn.CommandTag
+	var err error
+	if old == nil {
+		tag, err = db.pool.Exec(ctx, `INSERT INTO kv (key, value, updated_at) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING`,
+			key, value, truncate(db.now()))
+	} else {
+		tag, err = db.pool.Exec(ctx, `UPDATE kv SET value = $2, updated_at = $3 WHERE key = $1 AND value = $4`,
+			key, value, truncate(db.now()), old)
+	}
+	if err != nil {
+		return false, fmt.Errorf("postgres: swap %q: %w", key, err)
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 // PutKV stores value under key, replacing any previous value. It returns

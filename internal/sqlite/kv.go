@@ -26,6 +26,32 @@ func (db *DB) GetKV(ctx context.Context, key string) ([]byte, error) {
 	return value, nil
 }
 
+// SwapKV stores value under key if the stored value is old, or, with a
+// nil old, if none is stored (coinpulse.KVStore). It returns the
+// database's error, if any.
+func (db *DB) SwapKV(ctx context.Context, key string, old, value []byte) (bool, error) {
+	if value == nil {
+		value = []byte{}
+	}
+	var res sql.Result
+	var err error
+	if old == nil {
+		res, err = db.db.ExecContext(ctx, `INSERT INTO kv (key, value, updated_at) VALUES (?, ?, ?) ON CONFLICT (key) DO NOTHING`,
+			key, value, micros(db.now()))
+	} else {
+		res, err = db.db.ExecContext(ctx, `UPDATE kv SET value = ?, updated_at = ? WHERE key = ? AND value = ?`,
+			value, micros(db.now()), key, old)
+	}
+	if err != nil {
+		return false, fmt.Errorf("sqlite: swap %q: %w", key, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("sqlite: swap %q: %w", key, err)
+	}
+	return n == 1, nil
+}
+
 // PutKV stores value under key, replacing any previous value. It returns
 // the database's error, if any.
 func (db *DB) PutKV(ctx context.Context, key string, value []byte) error {

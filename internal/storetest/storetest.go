@@ -1054,4 +1054,43 @@ func testKV(t *testing.T, s coinpulse.Store) {
 	if got := get("big"); string(got) != string(big) {
 		t.Errorf("GetKV(big) returned %d bytes that differ from the %d stored", len(got), len(big))
 	}
+
+	// SwapKV: from none, from the value stored, not from another.
+	swap := func(key string, old, value []byte, want bool) {
+		t.Helper()
+		if ok, err := s.SwapKV(ctx, key, old, value); err != nil || ok != want {
+			t.Fatalf("SwapKV(%s, %q, %q) = %v, %v; want %v", key, old, value, ok, err, want)
+		}
+	}
+	swap("claim", nil, []byte("a"), true)
+	swap("claim", nil, []byte("b"), false) // there is one
+	swap("claim", []byte("b"), []byte("c"), false)
+	swap("claim", []byte("a"), []byte("c"), true)
+	swap("claim", []byte{}, []byte("d"), false) // empty is a value, not none
+	swap("empty", []byte{}, []byte("e"), true)
+	if got := get("claim"); string(got) != "c" {
+		t.Errorf("after the swaps: %q, want c", got)
+	}
+	// Of many swapping from one value at once, one does.
+	var wg sync.WaitGroup
+	var won sync.Map
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, err := s.SwapKV(ctx, "claim", []byte("c"), []byte(fmt.Sprint("n", i)))
+			if err != nil {
+				t.Errorf("SwapKV: %v", err)
+			}
+			if ok {
+				won.Store(i, true)
+			}
+		}()
+	}
+	wg.Wait()
+	n := 0
+	won.Range(func(k, _ any) bool { n++; return true })
+	if n != 1 {
+		t.Errorf("%d of 16 concurrent swaps from one value swapped, want 1", n)
+	}
 }
