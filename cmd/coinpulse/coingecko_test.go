@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -138,4 +139,57 @@ func TestServeCoinGeckoRefusals(t *testing.T) {
 		{[]string{"--feed", "coingecko", "--coingecko-history-days", "400"}, "--coingecko-history-days 400: CoinGecko's public API, and its free demo keys, reach 365 days back"},
 		{[]string{"--feed", "coingecko", "--coingecko-url", "https://pro-api.coingecko.com/api/v3"}, "a paid plan's API needs its key: --coingecko-key-file"},
 	})
+}
+
+// Two nodes on one PostgreSQL database take each refresh's quotes from
+// CoinGecko once between them, and serve the same figures: a snapshot
+// from one is the same on the other. The second starts warm from the
+// state the first saved.
+func TestServeCoinGeckoTwoNodes(t *testing.T) {
+	db := postgresSchema(t)
+	coins := cgtest.Coins(30)
+	up := cgtest.Start(t, coins)
+	args := []string{"--db", db, "--feed", "coingecko", "--coingecko-url", up.URL, "--coingecko-coins", "20", "--coingecko-rate", "60000", "--plans", generousPlans(t)}
+	a := startServe(t, args...)
+	m := demoKey.FindStringSubmatch(a.stdout.String())
+	if m == nil {
+		t.Fatalf("no demo key:\n%s", a.stdout)
+	}
+	key := m[2]
+	a.waitHistory(t)
+	charts := up.Calls("chart")
+	b := startServe(t, args...)
+	b.waitHistory(t)
+	if n := up.Calls("chart") - charts; n != 0 && n != 20 { // 20: the hour turned in between
+		t.Errorf("the second node made %d chart calls, want none (a warm start from the first's state)", n)
+	}
+	// 1 s refreshes: about one quote call a second between the two.
+	before, start := up.Calls("markets"), time.Now()
+	time.Sleep(4 * time.Second)
+	if n, secs := up.Calls("markets")-before, time.Since(start).Seconds(); float64(n) > secs+2 {
+		t.Errorf("%d quote calls in %.1f s of 1 s refreshes on two nodes, want one a refresh", n, secs)
+	}
+	if !strings.Contains(a.stderr.String()+b.stderr.String(), "quotes relayed from another node") {
+		t.Errorf("neither node logs quotes relayed:\n%s\n%s", a.stderr, b.stderr)
+	}
+	// A snapshot of one node's is the other's, figure for figure.
+	for try := 0; ; try++ {
+		_, pa := a.get(t, "/api/v1/markets?per_page=20", key)
+		snap, _ := pa["meta"].(map[string]any)["snapshot"].(string)
+		status, pb := b.get(t, "/api/v1/markets?per_page=20&snapshot="+snap, key)
+		if status == 200 {
+			if !reflect.DeepEqual(pa["data"], pb["data"]) {
+				t.Errorf("snapshot %s differs between the nodes:\n%v\n%v", snap, pa["data"], pb["data"])
+			}
+			break
+		}
+		if try == 20 {
+			t.Fatalf("the second node never knew the first's snapshot %s: %d %v", snap, status, pb)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_, ga := a.get(t, "/api/v1/markets/global", key)
+	if d, _ := ga["data"].(map[string]any); d["markets"] != float64(cgtest.Markets) {
+		t.Errorf("global: %v", ga)
+	}
 }

@@ -29,6 +29,7 @@ import (
 	"coinpulse/internal/dashboard"
 	"coinpulse/internal/feed/binance"
 	"coinpulse/internal/feed/coingecko"
+	"coinpulse/internal/feed/relay"
 	"coinpulse/internal/feed/replay"
 	"coinpulse/internal/feed/sim"
 	"coinpulse/internal/feed/upstream"
@@ -371,6 +372,11 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	defer store.Close()
 	log.Info("database open", "db", describeDB(cfg.db, cfg.dataDir))
+	if cfg.feed == "coingecko" || cfg.feed == "binance" {
+		// The nodes sharing the database take each refresh's quotes from
+		// the upstream once, through it.
+		feed = relay.New(relay.Config{Feed: feed, KV: store, Log: log})
+	}
 
 	engine := market.New(market.Config{Feed: feed, Store: store, Log: log, Refresh: cfg.refresh, MinMoverVolume: cfg.minMoverVolume})
 	apiCfg := api.Config{Store: store, Market: engine, Log: log, MaxBody: cfg.maxBody, WriteTimeout: cfg.writeTimeout, Plans: cfg.plans, SandboxLimits: &cfg.sandbox, MetricsToken: cfg.metricsToken}

@@ -1,0 +1,255 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"coinpulse"
+	"coinpulse/internal/feed/sim"
+	"coinpulse/internal/sqlite"
+)
+
+// upstream stands in for a live feed: the simulation, counting its quote
+// calls, which can be held (gate) or failed (fail).
+type upstream struct {
+	*sim.Feed
+	calls atomic.Int32
+	gate  chan struct{} // when set, each call waits for it
+	fail  atomic.Bool
+	drop  string // a coin left out of the universe
+}
+
+func (u *upstream) Universe(ctx context.Context) ([]coinpulse.CoinInfo, error) {
+	all, err := u.Feed.Universe(ctx)
+	var out []coinpulse.CoinInfo
+	for _, c := range all[:50] {
+		if c.ID != u.drop {
+			out = append(out, c)
+		}
+	}
+	return out, err
+}
+
+func (u *upstream) Quotes(ctx context.Context, now time.Time) ([]coinpulse.Quote, error) {
+	u.calls.Add(1)
+	if u.gate != nil {
+		select {
+		case <-u.gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if u.fail.Load() {
+		return nil, errors.New("upstream down")
+	}
+	qs, err := u.Feed.Quotes(ctx, now)
+	if len(qs) > 50 {
+		qs = qs[:50]
+	}
+	if len(qs) > 3 {
+		qs[3].NoVolume, qs[3].TotalVolume = true, 0
+	}
+	return qs, err
+}
+
+func newUpstream(t *testing.T) *upstream {
+	t.Helper()
+	f, err := sim.New(1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &upstream{Feed: f}
+}
+
+func openStore(t *testing.T) *sqlite.DB {
+	t.Helper()
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// node is a relay over up and db, its universe read.
+func node(t *testing.T, up coinpulse.Feed, db coinpulse.KVStore, wait time.Duration) *Feed {
+	t.Helper()
+	f := New(Config{Feed: up, KV: db, Wait: wait, Poll: 5 * time.Millisecond, Log: quiet})
+	if _, err := f.Universe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+var t0 = time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+
+// Three nodes asking for the same instants at once make one upstream call
+// an instant, and get the same quotes, volumes unknown included, and the
+// same count of markets.
+func TestNodesShareQuotes(t *testing.T) {
+	db := openStore(t)
+	ups := []*upstream{newUpstream(t), newUpstream(t), newUpstream(t)}
+	var nodes []*Feed
+	for _, up := range ups {
+		nodes = append(nodes, node(t, up, db, time.Minute))
+	}
+	for i := range 5 {
+		at := t0.Add(time.Duration(i) * time.Minute)
+		got := make([][]coinpulse.Quote, len(nodes))
+		var wg sync.WaitGroup
+		for j, n := range nodes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				qs, err := n.Quotes(context.Background(), at)
+				if err != nil {
+					t.Errorf("node %d at %s: %v", j, at, err)
+				}
+				got[j] = qs
+			}()
+		}
+		wg.Wait()
+		calls := 0
+		for _, up := range ups {
+			calls += int(up.calls.Swap(0))
+		}
+		if calls != 1 {
+			t.Errorf("at %s: %d upstream calls, want 1", at, calls)
+		}
+		want, _ := newUpstream(t).Quotes(context.Background(), at)
+		for j := range got {
+			if len(got[j]) != 50 || !reflect.DeepEqual(got[j], want) {
+				t.Fatalf("node %d at %s: %d quotes, differing from the upstream's %d", j, at, len(got[j]), len(want))
+			}
+		}
+		if !got[0][3].NoVolume {
+			t.Errorf("an unknown volume came back known: %+v", got[0][3])
+		}
+	}
+	fetched, relayed := 0, 0
+	for _, n := range nodes {
+		f, r := n.Counts()
+		fetched, relayed = fetched+f, relayed+r
+		if m, ok := n.Markets(); !ok || m != 121 {
+			t.Errorf("Markets() = %d, %v; want sim's 121", m, ok)
+		}
+	}
+	if fetched != 5 || relayed != 10 {
+		t.Errorf("%d refreshes fetched and %d relayed, want 5 and 10", fetched, relayed)
+	}
+}
+
+// A node whose claim lapses (a crash) is taken over after Wait; a node
+// that renews its claim while its upstream call is slow is waited for.
+func TestClaims(t *testing.T) {
+	ctx := context.Background()
+	t.Run("a lapsed claim is taken over", func(t *testing.T) {
+		db := openStore(t)
+		up := newUpstream(t)
+		b := node(t, up, db, 100*time.Millisecond)
+		// A node that claimed t0 and died, a moment ago.
+		c, _ := json.Marshal(claim{At: t0.UnixMilli(), Node: "dead", Since: time.Now().UnixMilli()})
+		if err := db.PutKV(ctx, b.key+":claim", c); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if qs, err := b.Quotes(ctx, t0); err != nil || len(qs) != 50 || up.calls.Load() != 1 {
+			t.Fatalf("%v, %d quotes, %d calls", err, len(qs), up.calls.Load())
+		}
+		if waited := time.Since(start); waited < 100*time.Millisecond {
+			t.Errorf("took the claim over after %s, before it lapsed", waited)
+		}
+	})
+	t.Run("a renewed claim is waited for", func(t *testing.T) {
+		db := openStore(t)
+		slow, other := newUpstream(t), newUpstream(t)
+		slow.gate = make(chan struct{})
+		a, b := node(t, slow, db, time.Second), node(t, other, db, time.Second)
+		done := make(chan []coinpulse.Quote)
+		go func() {
+			qs, _ := a.Quotes(ctx, t0)
+			done <- qs
+		}()
+		for slow.calls.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		go func() {
+			time.Sleep(2500 * time.Millisecond) // past Wait: renewed meanwhile
+			close(slow.gate)
+		}()
+		qs, err := b.Quotes(ctx, t0)
+		if err != nil || other.calls.Load() != 0 || !reflect.DeepEqual(qs, <-done) {
+			t.Errorf("%v, the waiting node's upstream called %d times", err, other.calls.Load())
+		}
+	})
+	t.Run("a failed fetch is taken over at once", func(t *testing.T) {
+		db := openStore(t)
+		bad, good := newUpstream(t), newUpstream(t)
+		bad.fail.Store(true)
+		a, b := node(t, bad, db, time.Hour), node(t, good, db, time.Hour) // a lapse would fail the test by its timeout
+		if _, err := a.Quotes(ctx, t0); err == nil {
+			t.Fatal("a failed fetch returned no error")
+		}
+		if qs, err := b.Quotes(ctx, t0); err != nil || len(qs) != 50 || good.calls.Load() != 1 {
+			t.Errorf("the other node: %v, %d quotes, %d calls", err, len(qs), good.calls.Load())
+		}
+	})
+}
+
+// Quotes stored for a later instant are taken as they are; unreadable
+// ones, or none, are fetched anew; nodes with other coin sets do not
+// share; Quotes before Universe is an error.
+func TestRecords(t *testing.T) {
+	ctx := context.Background()
+	db := openStore(t)
+	up := newUpstream(t)
+	a := node(t, up, db, time.Minute)
+	later, _ := a.Quotes(ctx, t0.Add(time.Minute))
+	if qs, err := a.Quotes(ctx, t0); err != nil || !reflect.DeepEqual(qs, later) || up.calls.Load() != 1 {
+		t.Errorf("an earlier instant: %v, %d calls; want the later quotes, 1 call", err, up.calls.Load())
+	}
+	// Quotes or a claim from a clock far ahead are not taken: they would
+	// freeze every node's quotes.
+	far, _ := json.Marshal(record{At: t0.Add(24 * time.Hour).UnixMilli(), Node: "skewed"})
+	farClaim, _ := json.Marshal(claim{At: t0.Add(24 * time.Hour).UnixMilli(), Node: "skewed", Since: time.Now().Add(24 * time.Hour).UnixMilli()})
+	db.PutKV(ctx, a.key+":quotes", far)
+	db.PutKV(ctx, a.key+":claim", farClaim)
+	if qs, err := a.Quotes(ctx, t0.Add(90*time.Second)); err != nil || len(qs) != 50 || up.calls.Load() != 2 {
+		t.Errorf("after a skewed node's record: %v, %d quotes, %d calls; want its own 50, 2 calls", err, len(qs), up.calls.Load())
+	}
+	if err := db.PutKV(ctx, a.key+":quotes", []byte("{not json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.PutKV(ctx, a.key+":claim", []byte("[]")); err != nil {
+		t.Fatal(err)
+	}
+	if qs, err := a.Quotes(ctx, t0.Add(2*time.Minute)); err != nil || len(qs) != 50 || up.calls.Load() != 3 {
+		t.Errorf("after unreadable records: %v, %d quotes, %d calls", err, len(qs), up.calls.Load())
+	}
+	other := newUpstream(t)
+	other.drop = "bitcoin"
+	b := node(t, other, db, time.Minute)
+	if b.key == a.key {
+		t.Fatalf("another coin set, the same key %s", a.key)
+	}
+	if _, err := b.Quotes(ctx, t0.Add(2*time.Minute)); err != nil || other.calls.Load() != 1 {
+		t.Errorf("another coin set: %v, %d calls of its own; want 1", err, other.calls.Load())
+	}
+	if _, err := New(Config{Feed: up, KV: db}).Quotes(ctx, t0); err == nil {
+		t.Error("Quotes before Universe: no error")
+	}
+	if a.String() != up.String() || a.Name() != "sim" || !a.Simulated() || a.RollupFromQuotes() {
+		t.Errorf("the upstream's identity: %s %s %v %v", a.String(), a.Name(), a.Simulated(), a.RollupFromQuotes())
+	}
+}
