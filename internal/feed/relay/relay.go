@@ -274,14 +274,34 @@ func (f *Feed) fetch(ctx context.Context, key string, at int64, now time.Time, m
 		}
 		rec.Quotes[i] = e
 	}
-	b, err := json.Marshal(rec)
-	if err == nil {
-		err = f.cfg.KV.PutKV(context.WithoutCancel(ctx), key+":quotes", b)
-	}
-	if err != nil {
+	if err := f.store(context.WithoutCancel(ctx), key+":quotes", rec); err != nil {
 		f.cfg.Log.Warn("relay: storing the quotes for the other nodes failed; they will take the refresh over", "err", err)
 	}
 	return f.take(rec, true), nil
+}
+
+// store stores rec under key unless the record there is of a later
+// instant (this node was slow, and another took the refresh over, then
+// the next).
+func (f *Feed) store(ctx context.Context, key string, rec *record) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	old, err := f.cfg.KV.GetKV(ctx, key)
+	switch {
+	case coinpulse.IsNotFound(err):
+		old = nil
+	case err != nil:
+		return err
+	default:
+		var cur record
+		if json.Unmarshal(old, &cur) == nil && cur.At > rec.At && cur.At-rec.At <= ahead.Milliseconds() {
+			return nil
+		}
+	}
+	_, err = f.cfg.KV.SwapKV(ctx, key, old, b) // lost to another node's: theirs stands
+	return err
 }
 
 // read returns the stored record under key, nil when there is none or it

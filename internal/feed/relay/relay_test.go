@@ -219,6 +219,13 @@ func TestRecords(t *testing.T) {
 	if qs, err := a.Quotes(ctx, t0); err != nil || !reflect.DeepEqual(qs, later) || up.calls.Load() != 1 {
 		t.Errorf("an earlier instant: %v, %d calls; want the later quotes, 1 call", err, up.calls.Load())
 	}
+	// A slow node's quotes of an earlier instant do not replace them.
+	if err := a.store(ctx, a.key+":quotes", &record{At: t0.UnixMilli(), Node: "slow"}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := a.read(ctx, a.key+":quotes"); rec == nil || rec.At != t0.Add(time.Minute).UnixMilli() {
+		t.Errorf("a slow node's earlier quotes replaced the later ones: %+v", rec)
+	}
 	// Quotes or a claim from a clock far ahead are not taken: they would
 	// freeze every node's quotes.
 	far, _ := json.Marshal(record{At: t0.Add(24 * time.Hour).UnixMilli(), Node: "skewed"})
