@@ -372,9 +372,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	defer store.Close()
 	log.Info("database open", "db", describeDB(cfg.db, cfg.dataDir))
-	if cfg.feed == "coingecko" || cfg.feed == "binance" {
+	if (cfg.feed == "coingecko" || cfg.feed == "binance") && (strings.HasPrefix(cfg.db, "postgres://") || strings.HasPrefix(cfg.db, "postgresql://")) {
 		// The nodes sharing the database take each refresh's quotes from
-		// the upstream once, through it.
+		// the upstream once, through it. (A SQLite file has one node.)
 		feed = relay.New(relay.Config{Feed: feed, KV: store, Log: log})
 	}
 

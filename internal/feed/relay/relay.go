@@ -6,8 +6,9 @@
 // figures, snapshot ids and ETags, as sim's nodes do.
 //
 // Only nodes with the same coin set share: the store keys hold the feed's
-// fingerprint and a hash of the universe's ids, so a node whose CoinGecko
-// top list differs (started another day) takes its own quotes, as before.
+// fingerprint and a hash of the universe's ids (sorted), so a node whose
+// CoinGecko top list differs (started another day) takes its own quotes,
+// as before. serve relays only on PostgreSQL: a SQLite file has one node.
 // History is not relayed: a node's first start backfills from the
 // upstream (a later node finds the saved state in the shared store and
 // starts warm).
@@ -22,6 +23,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -39,8 +41,13 @@ type Config struct {
 	Node string
 	// Wait is how long a claim holds without news from its node: past
 	// it, another node takes the refresh over (default 30 s). The node
-	// that holds a claim renews it every Wait/3 while it fetches.
+	// that holds a claim renews it every Wait/3 while it fetches, for
+	// Hold at most: a call held longer (a 429's wait, a ban, a hang) is
+	// taken over by another node Wait later.
 	Wait time.Duration
+	// Hold is the longest a node renews a claim (default 2 minutes: the
+	// quotes of 5,000 CoinGecko coins take 20 calls, 48 s on a free key).
+	Hold time.Duration
 	// Poll is how often a node waiting for another's quotes reads the
 	// store (default 100 ms).
 	Poll time.Duration
@@ -79,6 +86,9 @@ func New(cfg Config) *Feed {
 	}
 	if cfg.Wait <= 0 {
 		cfg.Wait = 30 * time.Second
+	}
+	if cfg.Hold <= 0 {
+		cfg.Hold = 2 * time.Minute
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = 100 * time.Millisecond
@@ -137,9 +147,16 @@ func (f *Feed) Universe(ctx context.Context) ([]coinpulse.CoinInfo, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The set of coins, not their order: CoinGecko lists them by market
+	// cap, which moves.
+	ids := make([]string, len(u))
+	for i, c := range u {
+		ids[i] = c.ID
+	}
+	slices.Sort(ids)
 	h := fnv.New64a()
-	for _, c := range u {
-		h.Write([]byte(c.ID))
+	for _, id := range ids {
+		h.Write([]byte(id))
 		h.Write([]byte{0})
 	}
 	f.mu.Lock()
@@ -172,17 +189,24 @@ type claim struct {
 	Since int64  `json:"since"` // Unix milliseconds
 }
 
-// ahead is how far past this node's instant another node's quotes or
-// claim may be and still be taken as the same or a newer refresh: further
-// is a clock gone wrong, which must not freeze every node's quotes.
-const ahead = 5 * time.Minute
+// skew is how far another node's clock may run ahead of this one's: a
+// record or a claim of an instant later than this node's clock by more
+// is a clock gone wrong, and is not taken, so that it cannot freeze every
+// node's quotes.
+const skew = 10 * time.Second
+
+// storeTimeout bounds each of the relay's reads and writes: the quotes do
+// not wait on a database that hangs.
+const storeTimeout = 10 * time.Second
 
 // Quotes returns the quotes of the refresh instant now: another node's,
 // when one has fetched or is fetching them; else this node claims the
 // instant, fetches them from the upstream and stores them for the others.
-// A node whose claim goes Wait without renewal (a crash, a hung call) is
-// taken over. Quotes stored for a later instant (a node ahead of this
-// one, by up to ahead) are taken as they are.
+// A node whose claim goes Wait without renewal (a crash; a call held past
+// Hold) is taken over, and one whose call or store fails lets go at once.
+// Quotes stored for a later instant (a node ahead of this one, whose
+// clock is not ahead of this one's by more than skew) are taken as they
+// are. When the store fails, the node fetches its quotes itself.
 func (f *Feed) Quotes(ctx context.Context, now time.Time) ([]coinpulse.Quote, error) {
 	f.mu.Lock()
 	key := f.key
@@ -192,22 +216,23 @@ func (f *Feed) Quotes(ctx context.Context, now time.Time) ([]coinpulse.Quote, er
 	}
 	at := now.UnixMilli()
 	for {
+		latest := f.cfg.Clock().Add(skew).UnixMilli()
 		rec, err := f.read(ctx, key+":quotes")
 		if err != nil {
-			return nil, err
+			return f.direct(ctx, now, err)
 		}
-		if rec != nil && rec.At >= at && rec.At-at <= ahead.Milliseconds() {
+		if rec != nil && rec.At >= at && rec.At <= latest {
 			return f.take(rec, false), nil
 		}
-		raw, err := f.cfg.KV.GetKV(ctx, key+":claim")
-		if err != nil && !coinpulse.IsNotFound(err) {
-			return nil, fmt.Errorf("relay: read the claim: %w", err)
+		raw, err := f.get(ctx, key+":claim")
+		if err != nil {
+			return f.direct(ctx, now, err)
 		}
 		var c claim
 		if raw != nil && json.Unmarshal(raw, &c) != nil {
 			c = claim{} // unreadable: taken over
 		}
-		if age := f.cfg.Clock().Sub(time.UnixMilli(c.Since)); c.At >= at && c.At-at <= ahead.Milliseconds() && c.Node != f.cfg.Node && age < f.cfg.Wait && age > -f.cfg.Wait {
+		if age := f.cfg.Clock().Sub(time.UnixMilli(c.Since)); c.At >= at && c.At <= latest && c.Node != f.cfg.Node && age < f.cfg.Wait && age > -skew {
 			// Another node is fetching them: wait for its record.
 			select {
 			case <-ctx.Done():
@@ -217,9 +242,9 @@ func (f *Feed) Quotes(ctx context.Context, now time.Time) ([]coinpulse.Quote, er
 			continue
 		}
 		mine, _ := json.Marshal(claim{At: at, Node: f.cfg.Node, Since: f.cfg.Clock().UnixMilli()})
-		swapped, err := f.cfg.KV.SwapKV(ctx, key+":claim", raw, mine)
+		swapped, err := f.swap(ctx, key+":claim", raw, mine)
 		if err != nil {
-			return nil, fmt.Errorf("relay: claim the refresh: %w", err)
+			return f.direct(ctx, now, err)
 		}
 		if !swapped {
 			continue // another node claimed it first
@@ -228,10 +253,25 @@ func (f *Feed) Quotes(ctx context.Context, now time.Time) ([]coinpulse.Quote, er
 	}
 }
 
+// direct fetches the quotes from the upstream without the other nodes:
+// the store failed (err), and the quotes must not wait on it.
+func (f *Feed) direct(ctx context.Context, now time.Time, err error) ([]coinpulse.Quote, error) {
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	f.cfg.Log.Warn("relay: the database failed; this refresh's quotes are fetched by this node alone", "err", err)
+	qs, err := f.cfg.Feed.Quotes(ctx, now)
+	if err != nil {
+		return nil, err
+	}
+	return f.take(f.record(now.UnixMilli(), qs), true), nil
+}
+
 // fetch takes the quotes of at from the upstream, renewing the claim mine
-// while it waits, and stores them for the other nodes. A failure to store
-// them is logged: the quotes are this node's all the same, and the
-// others take the refresh over when the claim lapses.
+// every Wait/3 for Hold at most, and stores them for the other nodes. When
+// the call or the store fails, it lets the claim go, so that another node
+// takes the refresh over at once; a failed store is logged, the quotes
+// being this node's all the same.
 func (f *Feed) fetch(ctx context.Context, key string, at int64, now time.Time, mine []byte) ([]coinpulse.Quote, error) {
 	renewed := make(chan struct{})
 	done := make(chan struct{})
@@ -239,14 +279,17 @@ func (f *Feed) fetch(ctx context.Context, key string, at int64, now time.Time, m
 		defer close(renewed)
 		t := time.NewTicker(f.cfg.Wait / 3)
 		defer t.Stop()
-		for {
+		for until := time.Now().Add(f.cfg.Hold); ; {
 			select {
 			case <-done:
 				return
 			case <-t.C:
+				if time.Now().After(until) {
+					return // held too long: the others take over
+				}
 				next, _ := json.Marshal(claim{At: at, Node: f.cfg.Node, Since: f.cfg.Clock().UnixMilli()})
-				if ok, err := f.cfg.KV.SwapKV(context.WithoutCancel(ctx), key+":claim", mine, next); err == nil && ok {
-					mine = next
+				if ok, err := f.swap(context.WithoutCancel(ctx), key+":claim", mine, next); err == nil && ok {
+					mine = next // read again only once this goroutine has ended
 				}
 			}
 		}
@@ -254,17 +297,33 @@ func (f *Feed) fetch(ctx context.Context, key string, at int64, now time.Time, m
 	qs, err := f.cfg.Feed.Quotes(ctx, now)
 	close(done)
 	<-renewed
-	if err != nil {
-		// Let the others try at once, rather than after Wait.
+	release := func() {
 		lapsed, _ := json.Marshal(claim{At: at, Node: f.cfg.Node})
-		f.cfg.KV.SwapKV(context.WithoutCancel(ctx), key+":claim", mine, lapsed)
+		f.swap(context.WithoutCancel(ctx), key+":claim", mine, lapsed)
+	}
+	if err != nil {
+		release()
 		return nil, err
 	}
+	rec := f.record(at, qs)
+	if err := f.store(context.WithoutCancel(ctx), key+":quotes", rec); err != nil {
+		release()
+		f.cfg.Log.Warn("relay: storing the quotes for the other nodes failed; they take the refresh over", "err", err)
+	}
+	return f.take(rec, true), nil
+}
+
+// record is the quotes qs of the instant at, with the upstream's count of
+// markets, or, while it knows none, the last this node had.
+func (f *Feed) record(at int64, qs []coinpulse.Quote) *record {
 	rec := &record{At: at, Node: f.cfg.Node, Quotes: make([]quoteEntry, len(qs))}
 	if mc, ok := f.cfg.Feed.(coinpulse.MarketCounter); ok {
 		if n, ok := mc.Markets(); ok {
 			rec.Markets = &n
 		}
+	}
+	if n, ok := f.Markets(); rec.Markets == nil && ok {
+		rec.Markets = &n
 	}
 	for i, q := range qs {
 		e := quoteEntry{ID: q.CoinID, Price: q.Price, MarketCap: q.MarketCap, Time: q.Time.UnixNano()}
@@ -274,10 +333,7 @@ func (f *Feed) fetch(ctx context.Context, key string, at int64, now time.Time, m
 		}
 		rec.Quotes[i] = e
 	}
-	if err := f.store(context.WithoutCancel(ctx), key+":quotes", rec); err != nil {
-		f.cfg.Log.Warn("relay: storing the quotes for the other nodes failed; they will take the refresh over", "err", err)
-	}
-	return f.take(rec, true), nil
+	return rec
 }
 
 // store stores rec under key unless the record there is of a later
@@ -288,31 +344,48 @@ func (f *Feed) store(ctx context.Context, key string, rec *record) error {
 	if err != nil {
 		return err
 	}
-	old, err := f.cfg.KV.GetKV(ctx, key)
-	switch {
-	case coinpulse.IsNotFound(err):
-		old = nil
-	case err != nil:
+	old, err := f.get(ctx, key)
+	if err != nil {
 		return err
-	default:
-		var cur record
-		if json.Unmarshal(old, &cur) == nil && cur.At > rec.At && cur.At-rec.At <= ahead.Milliseconds() {
-			return nil
-		}
 	}
-	_, err = f.cfg.KV.SwapKV(ctx, key, old, b) // lost to another node's: theirs stands
+	var cur record
+	if old != nil && json.Unmarshal(old, &cur) == nil && cur.At > rec.At && cur.At <= f.cfg.Clock().Add(skew).UnixMilli() {
+		return nil
+	}
+	_, err = f.swap(ctx, key, old, b) // lost to another node's: theirs stands
 	return err
 }
 
-// read returns the stored record under key, nil when there is none or it
-// cannot be read (a node then fetches anew).
-func (f *Feed) read(ctx context.Context, key string) (*record, error) {
+// get reads key, nil when it holds nothing.
+func (f *Feed) get(ctx context.Context, key string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
 	b, err := f.cfg.KV.GetKV(ctx, key)
 	if coinpulse.IsNotFound(err) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("relay: read the quotes: %w", err)
+		return nil, fmt.Errorf("relay: read %s: %w", key, err)
+	}
+	return b, nil
+}
+
+func (f *Feed) swap(ctx context.Context, key string, old, value []byte) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	ok, err := f.cfg.KV.SwapKV(ctx, key, old, value)
+	if err != nil {
+		return false, fmt.Errorf("relay: write %s: %w", key, err)
+	}
+	return ok, nil
+}
+
+// read returns the stored record under key, nil when there is none or it
+// cannot be read (a node then fetches anew).
+func (f *Feed) read(ctx context.Context, key string) (*record, error) {
+	b, err := f.get(ctx, key)
+	if err != nil || b == nil {
+		return nil, err
 	}
 	var rec record
 	if err := json.Unmarshal(b, &rec); err != nil {

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -59,6 +61,15 @@ func (u *upstream) Quotes(ctx context.Context, now time.Time) ([]coinpulse.Quote
 		qs[3].NoVolume, qs[3].TotalVolume = true, 0
 	}
 	return qs, err
+}
+
+// reversed lists an upstream's coins the other way round.
+type reversed struct{ *upstream }
+
+func (r reversed) Universe(ctx context.Context) ([]coinpulse.CoinInfo, error) {
+	u, err := r.upstream.Universe(ctx)
+	slices.Reverse(u)
+	return u, err
 }
 
 func newUpstream(t *testing.T) *upstream {
@@ -193,6 +204,28 @@ func TestClaims(t *testing.T) {
 			t.Errorf("%v, the waiting node's upstream called %d times", err, other.calls.Load())
 		}
 	})
+	t.Run("a claim held past Hold is taken over", func(t *testing.T) {
+		db := openStore(t)
+		stuck, other := newUpstream(t), newUpstream(t)
+		stuck.gate = make(chan struct{}) // a 429's wait, a ban, a hang
+		defer close(stuck.gate)
+		a := New(Config{Feed: stuck, KV: db, Wait: 150 * time.Millisecond, Hold: 300 * time.Millisecond, Poll: 5 * time.Millisecond, Log: quiet})
+		a.Universe(ctx)
+		b := node(t, other, db, 150*time.Millisecond)
+		actx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go a.Quotes(actx, t0)
+		for stuck.calls.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		start := time.Now()
+		if qs, err := b.Quotes(ctx, t0); err != nil || len(qs) != 50 || other.calls.Load() != 1 {
+			t.Fatalf("%v, %d quotes, %d calls", err, len(qs), other.calls.Load())
+		}
+		if waited := time.Since(start); waited < 300*time.Millisecond {
+			t.Errorf("took over after %s, while the claim was renewed", waited)
+		}
+	})
 	t.Run("a failed fetch is taken over at once", func(t *testing.T) {
 		db := openStore(t)
 		bad, good := newUpstream(t), newUpstream(t)
@@ -205,6 +238,48 @@ func TestClaims(t *testing.T) {
 			t.Errorf("the other node: %v, %d quotes, %d calls", err, len(qs), good.calls.Load())
 		}
 	})
+}
+
+// flakyKV fails the reads or the writes of keys with a suffix.
+type flakyKV struct {
+	coinpulse.KVStore
+	failGets, failSwaps string
+}
+
+func (k flakyKV) GetKV(ctx context.Context, key string) ([]byte, error) {
+	if k.failGets != "" && strings.HasSuffix(key, k.failGets) {
+		return nil, errors.New("database down")
+	}
+	return k.KVStore.GetKV(ctx, key)
+}
+
+func (k flakyKV) SwapKV(ctx context.Context, key string, old, value []byte) (bool, error) {
+	if k.failSwaps != "" && strings.HasSuffix(key, k.failSwaps) {
+		return false, errors.New("database down")
+	}
+	return k.KVStore.SwapKV(ctx, key, old, value)
+}
+
+// When the database fails, a node fetches its quotes itself; when only
+// storing them fails, it lets its claim go, and the next node takes the
+// refresh over at once.
+func TestDatabaseFailures(t *testing.T) {
+	ctx := context.Background()
+	db := openStore(t)
+	up := newUpstream(t)
+	down := node(t, up, flakyKV{KVStore: db, failGets: ":quotes"}, time.Hour)
+	if qs, err := down.Quotes(ctx, t0); err != nil || len(qs) != 50 || up.calls.Load() != 1 {
+		t.Errorf("database down: %v, %d quotes, %d calls; want its own", err, len(qs), up.calls.Load())
+	}
+	a := node(t, up, flakyKV{KVStore: db, failSwaps: ":quotes"}, time.Hour)
+	other := newUpstream(t)
+	b := node(t, other, db, time.Hour) // a lapse would fail the test by its timeout
+	if qs, err := a.Quotes(ctx, t0.Add(time.Minute)); err != nil || len(qs) != 50 {
+		t.Fatalf("store failing: %v, %d quotes; want them all the same", err, len(qs))
+	}
+	if qs, err := b.Quotes(ctx, t0.Add(time.Minute)); err != nil || len(qs) != 50 || other.calls.Load() != 1 {
+		t.Errorf("after a failed store: %v, %d quotes, %d calls; want the other node to fetch at once", err, len(qs), other.calls.Load())
+	}
 }
 
 // Quotes stored for a later instant are taken as they are; unreadable
@@ -243,6 +318,11 @@ func TestRecords(t *testing.T) {
 	}
 	if qs, err := a.Quotes(ctx, t0.Add(2*time.Minute)); err != nil || len(qs) != 50 || up.calls.Load() != 3 {
 		t.Errorf("after unreadable records: %v, %d quotes, %d calls", err, len(qs), up.calls.Load())
+	}
+	// The same coins in another order (CoinGecko's ranks move) share.
+	shuffled := node(t, reversed{up}, db, time.Minute)
+	if shuffled.key != a.key {
+		t.Errorf("the same coins in another order: key %s, not %s", shuffled.key, a.key)
 	}
 	other := newUpstream(t)
 	other.drop = "bitcoin"
