@@ -182,11 +182,13 @@ type quoteEntry struct {
 }
 
 // claim says which node fetches the quotes of a refresh instant, and
-// when it last said so.
+// when it last said so; Stored, that they are in the quotes record. The
+// nodes waiting poll this small row, not the record.
 type claim struct {
-	At    int64  `json:"at"`
-	Node  string `json:"node"`
-	Since int64  `json:"since"` // Unix milliseconds
+	At     int64  `json:"at"`
+	Node   string `json:"node"`
+	Since  int64  `json:"since"` // Unix milliseconds
+	Stored bool   `json:"stored,omitempty"`
 }
 
 // skew is how far another node's clock may run ahead of this one's: a
@@ -232,12 +234,15 @@ func (f *Feed) Quotes(ctx context.Context, now time.Time) ([]coinpulse.Quote, er
 		if raw != nil && json.Unmarshal(raw, &c) != nil {
 			c = claim{} // unreadable: taken over
 		}
-		if age := f.cfg.Clock().Sub(time.UnixMilli(c.Since)); c.At >= at && c.At <= latest && c.Node != f.cfg.Node && age < f.cfg.Wait && age > -skew {
-			// Another node is fetching them: wait for its record.
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(f.cfg.Poll):
+		if c.At >= at && c.At <= latest && c.Node != f.cfg.Node && !c.Stored && f.live(c) {
+			// Another node is fetching them: wait on its claim until it
+			// says they are stored (or lapses), then read them. (A claim
+			// that says so when they are not there is taken over.)
+			if err := f.await(ctx, key+":claim", at, latest); err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				return f.direct(ctx, now, err)
 			}
 			continue
 		}
@@ -250,6 +255,33 @@ func (f *Feed) Quotes(ctx context.Context, now time.Time) ([]coinpulse.Quote, er
 			continue // another node claimed it first
 		}
 		return f.fetch(ctx, key, at, now, mine)
+	}
+}
+
+// live reports whether claim c is within Wait of its last renewal.
+func (f *Feed) live(c claim) bool {
+	age := f.cfg.Clock().Sub(time.UnixMilli(c.Since))
+	return age < f.cfg.Wait && age > -skew
+}
+
+// await polls the claim under key every Poll until it says the quotes of
+// an instant from at to latest are stored, or names another instant, or
+// lapses: the caller then reads the record, or claims the refresh.
+func (f *Feed) await(ctx context.Context, key string, at, latest int64) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(f.cfg.Poll):
+		}
+		raw, err := f.get(ctx, key)
+		if err != nil {
+			return err
+		}
+		var c claim
+		if raw == nil || json.Unmarshal(raw, &c) != nil || c.At < at || c.At > latest || c.Stored || !f.live(c) {
+			return nil
+		}
 	}
 }
 
@@ -309,6 +341,9 @@ func (f *Feed) fetch(ctx context.Context, key string, at int64, now time.Time, m
 	if err := f.store(context.WithoutCancel(ctx), key+":quotes", rec); err != nil {
 		release()
 		f.cfg.Log.Warn("relay: storing the quotes for the other nodes failed; they take the refresh over", "err", err)
+	} else {
+		stored, _ := json.Marshal(claim{At: at, Node: f.cfg.Node, Since: f.cfg.Clock().UnixMilli(), Stored: true})
+		f.swap(context.WithoutCancel(ctx), key+":claim", mine, stored) // else the others see the record at their next look
 	}
 	return f.take(rec, true), nil
 }

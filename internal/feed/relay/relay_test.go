@@ -186,7 +186,8 @@ func TestClaims(t *testing.T) {
 		db := openStore(t)
 		slow, other := newUpstream(t), newUpstream(t)
 		slow.gate = make(chan struct{})
-		a, b := node(t, slow, db, time.Second), node(t, other, db, time.Second)
+		reads := &countingKV{KVStore: db}
+		a, b := node(t, slow, db, time.Second), node(t, other, reads, time.Second)
 		done := make(chan []coinpulse.Quote)
 		go func() {
 			qs, _ := a.Quotes(ctx, t0)
@@ -202,6 +203,11 @@ func TestClaims(t *testing.T) {
 		qs, err := b.Quotes(ctx, t0)
 		if err != nil || other.calls.Load() != 0 || !reflect.DeepEqual(qs, <-done) {
 			t.Errorf("%v, the waiting node's upstream called %d times", err, other.calls.Load())
+		}
+		// It polled the claim, and read the quotes twice: before it
+		// waited, and once they were stored.
+		if n := reads.quotes.Load(); n != 2 {
+			t.Errorf("the waiting node read the quotes record %d times, want 2", n)
 		}
 	})
 	t.Run("a claim held past Hold is taken over", func(t *testing.T) {
@@ -238,6 +244,19 @@ func TestClaims(t *testing.T) {
 			t.Errorf("the other node: %v, %d quotes, %d calls", err, len(qs), good.calls.Load())
 		}
 	})
+}
+
+// countingKV counts the reads of the quotes record.
+type countingKV struct {
+	coinpulse.KVStore
+	quotes atomic.Int32
+}
+
+func (k *countingKV) GetKV(ctx context.Context, key string) ([]byte, error) {
+	if strings.HasSuffix(key, ":quotes") {
+		k.quotes.Add(1)
+	}
+	return k.KVStore.GetKV(ctx, key)
 }
 
 // flakyKV fails the reads or the writes of keys with a suffix.
@@ -310,13 +329,21 @@ func TestRecords(t *testing.T) {
 	if qs, err := a.Quotes(ctx, t0.Add(90*time.Second)); err != nil || len(qs) != 50 || up.calls.Load() != 2 {
 		t.Errorf("after a skewed node's record: %v, %d quotes, %d calls; want its own 50, 2 calls", err, len(qs), up.calls.Load())
 	}
+	// A claim that says the quotes are stored when they are not is taken
+	// over, not waited on.
+	stored, _ := json.Marshal(claim{At: t0.Add(5 * time.Minute).UnixMilli(), Node: "liar", Since: time.Now().UnixMilli(), Stored: true})
+	db.PutKV(ctx, a.key+":claim", stored)
+	before := up.calls.Load()
+	if qs, err := a.Quotes(ctx, t0.Add(5*time.Minute)); err != nil || len(qs) != 50 || up.calls.Load() != before+1 {
+		t.Errorf("a stored claim without its quotes: %v, %d quotes, %d calls", err, len(qs), up.calls.Load()-before)
+	}
 	if err := db.PutKV(ctx, a.key+":quotes", []byte("{not json")); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.PutKV(ctx, a.key+":claim", []byte("[]")); err != nil {
 		t.Fatal(err)
 	}
-	if qs, err := a.Quotes(ctx, t0.Add(2*time.Minute)); err != nil || len(qs) != 50 || up.calls.Load() != 3 {
+	if qs, err := a.Quotes(ctx, t0.Add(2*time.Minute)); err != nil || len(qs) != 50 || up.calls.Load() != 4 {
 		t.Errorf("after unreadable records: %v, %d quotes, %d calls", err, len(qs), up.calls.Load())
 	}
 	// The same coins in another order (CoinGecko's ranks move) share.
