@@ -219,16 +219,18 @@ func (f *Feed) Quotes(ctx context.Context, now time.Time) ([]coinpulse.Quote, er
 	at := now.UnixMilli()
 	for {
 		latest := f.cfg.Clock().Add(skew).UnixMilli()
+		// The claim before the record: a claim read as stored had its
+		// record stored before, so the record read after it is there.
+		raw, err := f.get(ctx, key+":claim")
+		if err != nil {
+			return f.direct(ctx, now, err)
+		}
 		rec, err := f.read(ctx, key+":quotes")
 		if err != nil {
 			return f.direct(ctx, now, err)
 		}
 		if rec != nil && rec.At >= at && rec.At <= latest {
 			return f.take(rec, false), nil
-		}
-		raw, err := f.get(ctx, key+":claim")
-		if err != nil {
-			return f.direct(ctx, now, err)
 		}
 		var c claim
 		if raw != nil && json.Unmarshal(raw, &c) != nil {
@@ -238,7 +240,7 @@ func (f *Feed) Quotes(ctx context.Context, now time.Time) ([]coinpulse.Quote, er
 			// Another node is fetching them: wait on its claim until it
 			// says they are stored (or lapses), then read them. (A claim
 			// that says so when they are not there is taken over.)
-			if err := f.await(ctx, key+":claim", at, latest); err != nil {
+			if err := f.await(ctx, key, at, latest); err != nil {
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
 				}
@@ -254,8 +256,31 @@ func (f *Feed) Quotes(ctx context.Context, now time.Time) ([]coinpulse.Quote, er
 		if !swapped {
 			continue // another node claimed it first
 		}
-		return f.fetch(ctx, key, at, now, mine)
+		return f.fetch(ctx, key, at, now)
 	}
+}
+
+// own rewrites this node's claim of the instant at as next (renewed,
+// stored or let go), finding it by its node and instant rather than by its
+// bytes, so that a write the database applied but reported failed does
+// not lose it. It reports whether it did: not when the claim is no longer
+// this node's (another took the refresh over).
+func (f *Feed) own(ctx context.Context, key string, at int64, next claim) bool {
+	b, _ := json.Marshal(next)
+	for range 3 {
+		raw, err := f.get(ctx, key)
+		if err != nil {
+			continue
+		}
+		var c claim
+		if raw == nil || json.Unmarshal(raw, &c) != nil || c.Node != f.cfg.Node || c.At != at {
+			return false
+		}
+		if ok, err := f.swap(ctx, key, raw, b); err == nil && ok {
+			return true
+		}
+	}
+	return false
 }
 
 // live reports whether claim c is within Wait of its last renewal.
@@ -264,23 +289,30 @@ func (f *Feed) live(c claim) bool {
 	return age < f.cfg.Wait && age > -skew
 }
 
-// await polls the claim under key every Poll until it says the quotes of
-// an instant from at to latest are stored, or names another instant, or
-// lapses: the caller then reads the record, or claims the refresh.
+// await polls the claim under key+":claim" every Poll until it says the
+// quotes of an instant from at to latest are stored, or names another
+// instant, or lapses: the caller then reads the record, or claims the
+// refresh. Every tenth poll it looks at the record too, in case the
+// fetching node stored the quotes but could not mark its claim.
 func (f *Feed) await(ctx context.Context, key string, at, latest int64) error {
-	for {
+	for i := 1; ; i++ {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(f.cfg.Poll):
 		}
-		raw, err := f.get(ctx, key)
+		raw, err := f.get(ctx, key+":claim")
 		if err != nil {
 			return err
 		}
 		var c claim
 		if raw == nil || json.Unmarshal(raw, &c) != nil || c.At < at || c.At > latest || c.Stored || !f.live(c) {
 			return nil
+		}
+		if i%10 == 0 {
+			if rec, err := f.read(ctx, key+":quotes"); err != nil || rec != nil && rec.At >= at && rec.At <= latest {
+				return err
+			}
 		}
 	}
 }
@@ -299,12 +331,14 @@ func (f *Feed) direct(ctx context.Context, now time.Time, err error) ([]coinpuls
 	return f.take(f.record(now.UnixMilli(), qs), true), nil
 }
 
-// fetch takes the quotes of at from the upstream, renewing the claim mine
-// every Wait/3 for Hold at most, and stores them for the other nodes. When
-// the call or the store fails, it lets the claim go, so that another node
-// takes the refresh over at once; a failed store is logged, the quotes
-// being this node's all the same.
-func (f *Feed) fetch(ctx context.Context, key string, at int64, now time.Time, mine []byte) ([]coinpulse.Quote, error) {
+// fetch takes the quotes of at from the upstream, renewing this node's
+// claim every Wait/3 for Hold at most, stores them for the other nodes and
+// marks the claim stored, which the waiting nodes poll for (should the
+// mark fail, they read the quotes when the claim lapses). When the call or
+// the store fails, it lets the claim go, so that another node takes the
+// refresh over at once; a failed store is logged, the quotes being this
+// node's all the same.
+func (f *Feed) fetch(ctx context.Context, key string, at int64, now time.Time) ([]coinpulse.Quote, error) {
 	renewed := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -319,31 +353,25 @@ func (f *Feed) fetch(ctx context.Context, key string, at int64, now time.Time, m
 				if time.Now().After(until) {
 					return // held too long: the others take over
 				}
-				next, _ := json.Marshal(claim{At: at, Node: f.cfg.Node, Since: f.cfg.Clock().UnixMilli()})
-				if ok, err := f.swap(context.WithoutCancel(ctx), key+":claim", mine, next); err == nil && ok {
-					mine = next // read again only once this goroutine has ended
-				}
+				f.own(context.WithoutCancel(ctx), key+":claim", at, claim{At: at, Node: f.cfg.Node, Since: f.cfg.Clock().UnixMilli()})
 			}
 		}
 	}()
 	qs, err := f.cfg.Feed.Quotes(ctx, now)
 	close(done)
 	<-renewed
-	release := func() {
-		lapsed, _ := json.Marshal(claim{At: at, Node: f.cfg.Node})
-		f.swap(context.WithoutCancel(ctx), key+":claim", mine, lapsed)
-	}
+	bg := context.WithoutCancel(ctx)
 	if err != nil {
-		release()
+		f.own(bg, key+":claim", at, claim{At: at, Node: f.cfg.Node}) // let go
 		return nil, err
 	}
 	rec := f.record(at, qs)
-	if err := f.store(context.WithoutCancel(ctx), key+":quotes", rec); err != nil {
-		release()
+	switch stored, err := f.store(bg, key+":quotes", rec); {
+	case err != nil || !stored:
+		f.own(bg, key+":claim", at, claim{At: at, Node: f.cfg.Node})
 		f.cfg.Log.Warn("relay: storing the quotes for the other nodes failed; they take the refresh over", "err", err)
-	} else {
-		stored, _ := json.Marshal(claim{At: at, Node: f.cfg.Node, Since: f.cfg.Clock().UnixMilli(), Stored: true})
-		f.swap(context.WithoutCancel(ctx), key+":claim", mine, stored) // else the others see the record at their next look
+	default:
+		f.own(bg, key+":claim", at, claim{At: at, Node: f.cfg.Node, Since: f.cfg.Clock().UnixMilli(), Stored: true})
 	}
 	return f.take(rec, true), nil
 }
@@ -371,24 +399,31 @@ func (f *Feed) record(at int64, qs []coinpulse.Quote) *record {
 	return rec
 }
 
-// store stores rec under key unless the record there is of a later
-// instant (this node was slow, and another took the refresh over, then
-// the next).
-func (f *Feed) store(ctx context.Context, key string, rec *record) error {
+// store stores rec under key unless the record there is of its instant
+// or a later one (another node took the refresh over, or the next): it
+// reports whether the record there serves rec's instant now, rec or that
+// one.
+func (f *Feed) store(ctx context.Context, key string, rec *record) (bool, error) {
 	b, err := json.Marshal(rec)
 	if err != nil {
-		return err
+		return false, err
 	}
-	old, err := f.get(ctx, key)
-	if err != nil {
-		return err
+	for range 3 {
+		old, err := f.get(ctx, key)
+		if err != nil {
+			return false, err
+		}
+		var cur record
+		if old != nil && json.Unmarshal(old, &cur) == nil && cur.At >= rec.At && cur.At <= f.cfg.Clock().Add(skew).UnixMilli() {
+			return true, nil
+		}
+		ok, err := f.swap(ctx, key, old, b)
+		if err != nil || ok {
+			return ok, err
+		}
+		// Another node's record came in between: look again.
 	}
-	var cur record
-	if old != nil && json.Unmarshal(old, &cur) == nil && cur.At > rec.At && cur.At <= f.cfg.Clock().Add(skew).UnixMilli() {
-		return nil
-	}
-	_, err = f.swap(ctx, key, old, b) // lost to another node's: theirs stands
-	return err
+	return false, nil
 }
 
 // get reads key, nil when it holds nothing.
