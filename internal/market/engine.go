@@ -338,10 +338,15 @@ func (e *Engine) loadState(ctx context.Context) savedState {
 // saveState persists the running state. A cancelled ctx does not abort
 // it: a shutdown is exactly when it must finish.
 func (e *Engine) saveState(ctx context.Context) error {
+	return e.writeState(ctx, e.order)
+}
+
+// writeState persists the state of the coins of order (see saveState).
+func (e *Engine) writeState(ctx context.Context, order []string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	s := savedState{Fingerprint: e.fingerprint(), LastHour: e.lastHour, LastDay: e.lastDay, Coins: e.coins}
-	return e.cfg.Store.PutKV(ctx, e.stateKey(), encodeState(&s, e.order))
+	return e.cfg.Store.PutKV(ctx, e.stateKey(), encodeState(&s, order))
 }
 
 // saveProgress saves, during Load's backfill of the coins new to the
@@ -358,11 +363,10 @@ func (e *Engine) saveProgress(ctx context.Context) {
 			order = append(order, id)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	s := savedState{Fingerprint: e.fingerprint(), LastHour: e.lastHour, LastDay: e.lastDay, Coins: e.coins}
-	err := e.cfg.Store.PutKV(ctx, e.stateKey(), encodeState(&s, order))
+	err := e.writeState(ctx, order)
 	if err == nil {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
 		err = e.cfg.Store.PutKV(ctx, historyKey, []byte(e.fingerprint()))
 	}
 	if err != nil {

@@ -2,6 +2,8 @@ package binance
 
 import (
 	"testing"
+
+	"coinpulse"
 )
 
 // FuzzParseTickers and FuzzParseKlines: an answer either parses into
@@ -20,7 +22,7 @@ func FuzzParseTickers(f *testing.F) {
 			return
 		}
 		for _, x := range ts {
-			if x.Symbol == "" || x.LastPrice != 0 && !(x.LastPrice >= minPrice && x.LastPrice <= maxPrice) || !(x.QuoteVolume >= 0 && x.QuoteVolume <= maxAmount) {
+			if x.Symbol == "" || x.LastPrice != 0 && !(x.LastPrice >= coinpulse.MinPrice && x.LastPrice <= coinpulse.MaxPrice) || !(x.QuoteVolume >= 0 && x.QuoteVolume <= coinpulse.MaxAmount) {
 				t.Fatalf("%+v", x)
 			}
 		}
@@ -41,7 +43,7 @@ func FuzzParseKlines(f *testing.F) {
 			return
 		}
 		for i, k := range ks {
-			if i > 0 && k.Open <= ks[i-1].Open || k.Open < minMillis || k.Open > maxMillis || !(k.OpenPrice >= minPrice && k.OpenPrice <= maxPrice) || !(k.QuoteVolume >= 0 && k.QuoteVolume <= maxAmount) {
+			if i > 0 && k.Open <= ks[i-1].Open || k.Open < minMillis || k.Open > maxMillis || !(k.OpenPrice >= coinpulse.MinPrice && k.OpenPrice <= coinpulse.MaxPrice) || !(k.QuoteVolume >= 0 && k.QuoteVolume <= coinpulse.MaxAmount) {
 				t.Fatalf("candle %d: %+v", i, k)
 			}
 		}

@@ -11,14 +11,6 @@ import (
 	"coinpulse/internal/feed/upstream"
 )
 
-// Bounds of what a figure can be (coinpulse.MinPrice, MaxPrice and
-// MaxAmount); past them it is unknown, as in the other feeds.
-const (
-	minPrice  = coinpulse.MinPrice
-	maxPrice  = coinpulse.MaxPrice
-	maxAmount = coinpulse.MaxAmount
-)
-
 // Ticker is the part of an element of GET /api/v3/ticker/24hr the feed
 // reads.
 type Ticker struct {
@@ -53,8 +45,8 @@ func ParseTickers(body []byte) ([]Ticker, error) {
 		}
 		out = append(out, Ticker{
 			Symbol:      t.Symbol,
-			LastPrice:   decimal(t.LastPrice, minPrice, maxPrice),
-			QuoteVolume: decimal(t.QuoteVolume, 0, maxAmount),
+			LastPrice:   decimal(t.LastPrice, coinpulse.MinPrice, coinpulse.MaxPrice),
+			QuoteVolume: decimal(t.QuoteVolume, 0, coinpulse.MaxAmount),
 			CloseTime:   millis(t.CloseTime),
 		})
 	}
@@ -140,7 +132,7 @@ func ParseKlines(body []byte) (Page, error) {
 		if open != math.Trunc(open) || open < float64(minMillis) || open > float64(maxMillis) {
 			continue
 		}
-		k := Kline{Open: int64(open), OpenPrice: decimal(price, minPrice, maxPrice), QuoteVolume: decimal(qv, 0, maxAmount)}
+		k := Kline{Open: int64(open), OpenPrice: decimal(price, coinpulse.MinPrice, coinpulse.MaxPrice), QuoteVolume: decimal(qv, 0, coinpulse.MaxAmount)}
 		if k.OpenPrice == 0 || len(out) > 0 && k.Open <= out[len(out)-1].Open {
 			continue // Binance sends candles in order: one out of it is dropped
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"coinpulse"
 	"coinpulse/internal/feed/upstream"
 )
 
@@ -32,11 +33,11 @@ func FuzzParseMarkets(f *testing.F) {
 				t.Fatalf("%+v", m)
 			}
 			seen[m.ID] = true
-			if p := m.CurrentPrice; p != nil && !(*p >= minPrice && *p <= maxPrice) {
+			if p := m.CurrentPrice; p != nil && !(*p >= coinpulse.MinPrice && *p <= coinpulse.MaxPrice) {
 				t.Fatalf("price %v", *p)
 			}
 			for _, a := range []*float64{m.MarketCap, m.TotalVolume, m.CirculatingSupply, m.TotalSupply, m.MaxSupply} {
-				if a != nil && !(*a >= 0 && *a <= maxAmount) {
+				if a != nil && !(*a >= 0 && *a <= coinpulse.MaxAmount) {
 					t.Fatalf("amount %v", *a)
 				}
 			}
@@ -93,7 +94,7 @@ func FuzzParseChart(f *testing.F) {
 			if i > 0 && x.T <= s[i-1].T || x.T < minMillis || x.T > maxMillis {
 				t.Fatalf("sample %d at %d after %+v", i, x.T, s[max(i-1, 0)])
 			}
-			if !(x.Price >= minPrice && x.Price <= maxPrice) || !(x.MarketCap >= 0 && x.MarketCap <= maxAmount) || !(x.Volume >= 0 && x.Volume <= maxAmount) {
+			if !(x.Price >= coinpulse.MinPrice && x.Price <= coinpulse.MaxPrice) || !(x.MarketCap >= 0 && x.MarketCap <= coinpulse.MaxAmount) || !(x.Volume >= 0 && x.Volume <= coinpulse.MaxAmount) {
 				t.Fatalf("sample %+v", x)
 			}
 		}
@@ -111,7 +112,7 @@ func FuzzParseChart(f *testing.F) {
 				if p.Timestamp.Before(from) || p.Timestamp.After(to) || !p.Timestamp.Equal(p.Timestamp.Truncate(step)) || i > 0 && !p.Timestamp.After(pts[i-1].Timestamp) {
 					t.Fatalf("point %d at %s", i, p.Timestamp)
 				}
-				if math.IsNaN(p.Price) || p.Price < minPrice || p.Price > maxPrice {
+				if math.IsNaN(p.Price) || p.Price < coinpulse.MinPrice || p.Price > coinpulse.MaxPrice {
 					t.Fatalf("point %+v", p)
 				}
 			}

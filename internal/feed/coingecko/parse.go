@@ -15,15 +15,6 @@ import (
 	"coinpulse/internal/feed/upstream"
 )
 
-// Bounds of what a figure can be (coinpulse.MinPrice, MaxPrice and
-// MaxAmount): a figure past them is read as unknown, as the replay feed
-// reads them; CoinGecko has served 1e-35 USD prices for dead tokens.
-const (
-	minPrice  = coinpulse.MinPrice
-	maxPrice  = coinpulse.MaxPrice
-	maxAmount = coinpulse.MaxAmount
-)
-
 // Market is the part of an element of GET /coins/markets the feed reads.
 // Pointers are nil where CoinGecko sent null or a figure that cannot be.
 type Market struct {
@@ -137,15 +128,18 @@ func validText(s string, n int) bool {
 
 func clip(s string) string { return upstream.Cut(s, 40) }
 
+// price and amount are p, or nil when it is past what a figure can be
+// (coinpulse.MinPrice, MaxPrice and MaxAmount): CoinGecko has served
+// 1e-35 USD prices for dead tokens.
 func price(p *float64) *float64 {
-	if p == nil || !(*p >= minPrice && *p <= maxPrice) {
+	if p == nil || !(*p >= coinpulse.MinPrice && *p <= coinpulse.MaxPrice) {
 		return nil
 	}
 	return p
 }
 
 func amount(p *float64) *float64 {
-	if p == nil || !(*p >= 0 && *p <= maxAmount) {
+	if p == nil || !(*p >= 0 && *p <= coinpulse.MaxAmount) {
 		return nil
 	}
 	return p

@@ -132,14 +132,6 @@ func (f *Feed) Markets() (int, bool) {
 	return f.markets, f.marketsOK
 }
 
-// Counts returns how many refreshes this node fetched from the upstream,
-// and how many it read from another node's.
-func (f *Feed) Counts() (fetched, relayed int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.fetched, f.relayed
-}
-
 // Universe is the upstream's; it names the store keys the nodes with the
 // same coin set share.
 func (f *Feed) Universe(ctx context.Context) ([]coinpulse.CoinInfo, error) {

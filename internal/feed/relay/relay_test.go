@@ -150,8 +150,9 @@ func TestNodesShareQuotes(t *testing.T) {
 	}
 	fetched, relayed := 0, 0
 	for _, n := range nodes {
-		f, r := n.Counts()
-		fetched, relayed = fetched+f, relayed+r
+		n.mu.Lock()
+		fetched, relayed = fetched+n.fetched, relayed+n.relayed
+		n.mu.Unlock()
 		if m, ok := n.Markets(); !ok || m != 121 {
 			t.Errorf("Markets() = %d, %v; want sim's 121", m, ok)
 		}

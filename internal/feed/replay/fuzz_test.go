@@ -3,6 +3,8 @@ package replay
 import (
 	"strings"
 	"testing"
+
+	"coinpulse"
 )
 
 // FuzzParseCoin: a price file either parses into rows that keep the
@@ -29,7 +31,7 @@ func FuzzParseCoin(f *testing.F) {
 			t.Fatal("no rows and no error")
 		}
 		for i, r := range rows {
-			if !(r.Price == 0 || minPrice <= r.Price && r.Price <= maxPrice) || !(0 <= r.MarketCap && r.MarketCap <= maxAmount) || !(0 <= r.TotalVolume && r.TotalVolume <= maxAmount) {
+			if !(r.Price == 0 || coinpulse.MinPrice <= r.Price && r.Price <= coinpulse.MaxPrice) || !(0 <= r.MarketCap && r.MarketCap <= coinpulse.MaxAmount) || !(0 <= r.TotalVolume && r.TotalVolume <= coinpulse.MaxAmount) {
 				t.Fatalf("row %d: %+v", i, r)
 			}
 			if r.Time.Year() < 1970 || r.Time.Year() > 9999 || i > 0 && !r.Time.After(rows[i-1].Time) {

@@ -18,7 +18,7 @@ import (
 // Row is one line of a coin's price file: the coin's figures at Time, all
 // in USD. A figure is 0 when it is unknown: left empty or 0 (CoinGecko's
 // daily data has market caps of 0 for coins whose supply it did not know
-// that day), or beyond what it can be (see minPrice): a glitch of the
+// that day), or beyond what it can be (see coinpulse.MinPrice): a glitch of the
 // recording, such as veritaseum's price of 1e-35 for three days of 2021.
 type Row struct {
 	Time        time.Time
@@ -33,13 +33,6 @@ var coinHeader = []string{"timestamp", "readableTimestamp", "coinId", "price", "
 
 // maxRows bounds a coin's file: a century of hourly rows.
 const maxRows = 100 * 366 * 24
-
-// Bounds of the figures: coinpulse.MinPrice, MaxPrice and MaxAmount.
-const (
-	minPrice  = coinpulse.MinPrice
-	maxPrice  = coinpulse.MaxPrice
-	maxAmount = coinpulse.MaxAmount
-)
 
 // ParseCoin reads a coin's price file: the header line, then one row a
 // point, oldest first, each naming the coin id. Timestamps are Unix
@@ -130,7 +123,7 @@ func number(name, s string) (float64, error) {
 }
 
 // price parses a price: a number, 0 or more; 0 (unknown) when it is not
-// from minPrice to maxPrice.
+// from coinpulse.MinPrice to coinpulse.MaxPrice.
 func price(s string) (float64, error) {
 	v, err := number("price", s)
 	switch {
@@ -138,14 +131,14 @@ func price(s string) (float64, error) {
 		return 0, err
 	case v < 0:
 		return 0, fmt.Errorf("price %q: want a number, 0 or more", s)
-	case v < minPrice || v > maxPrice:
+	case v < coinpulse.MinPrice || v > coinpulse.MaxPrice:
 		return 0, nil
 	}
 	return v, nil
 }
 
 // amount parses an optional amount: empty, or a number, 0 or more; 0
-// (unknown) when it is empty or more than maxAmount.
+// (unknown) when it is empty or more than coinpulse.MaxAmount.
 func amount(name, s string) (float64, error) {
 	if s == "" {
 		return 0, nil
@@ -156,7 +149,7 @@ func amount(name, s string) (float64, error) {
 		return 0, err
 	case v < 0:
 		return 0, fmt.Errorf("%s %q: want a number, 0 or more, or nothing", name, s)
-	case v > maxAmount:
+	case v > coinpulse.MaxAmount:
 		return 0, nil
 	}
 	return v, nil
