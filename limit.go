@@ -93,6 +93,18 @@ func (v *Verdict) Admission() Admission {
 	return Admission{At: v.Now, Second: v.Windows[0].Reset, Minute: v.Windows[1].Reset}
 }
 
+// Slots caps what an account holds open at once: its WebSocket
+// connections, which the limits bound in how fast they open but not in
+// how many stay open. An in-process Slots counts one node's; a shared one
+// (ratelimit.RedisSlots) counts every node's.
+type Slots interface {
+	// Take takes one of the account's slots if it holds fewer than max
+	// (negative: no cap), and returns ok false, taking nothing, if it
+	// holds max. release gives the slot back; it may be called more than
+	// once. The error is the store's: nothing is taken.
+	Take(ctx context.Context, account int64, max int) (release func(), ok bool, err error)
+}
+
 // MonthStart returns the start of t's calendar month in UTC.
 func MonthStart(t time.Time) time.Time {
 	t = t.UTC()

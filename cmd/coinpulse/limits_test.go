@@ -235,6 +235,73 @@ func TestLimitsExactAcrossTwoNodes(t *testing.T) {
 	termAll(t, nodes)
 }
 
+// With --redis, an account's WebSocket connections are capped across the
+// nodes, not on each: two nodes with --ws-max-per-account 3 hold 3 of
+// one account's connections between them, and a connection closed on one
+// frees its slot for the other.
+func TestStreamCapAcrossTwoNodes(t *testing.T) {
+	redisURL := ratelimit.RedisURL(t)
+	db := postgresSchema(t)
+	prefix := fmt.Sprintf("cp:test:%d:", time.Now().UnixNano())
+	key := premiumKey(t, db)
+	args := []string{"--db", db, "--plans", generousPlans(t), "--redis", redisURL, "--redis-prefix", prefix, "--ws-max-per-account", "3"}
+	nodes := []*proc{startProc(t, args...), startProc(t, args...)}
+	dial := func(p *proc) (*websocket.Conn, int, string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, res, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(p.base, "http")+"/api/v1/ws",
+			&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + key}}})
+		if err == nil {
+			return c, http.StatusSwitchingProtocols, ""
+		}
+		if res == nil {
+			t.Fatalf("websocket: %v", err)
+		}
+		var body struct {
+			Error struct{ Message string } `json:"error"`
+		}
+		json.NewDecoder(res.Body).Decode(&body)
+		return nil, res.StatusCode, res.Header.Get("Retry-After") + " " + body.Error.Message
+	}
+	var open []*websocket.Conn
+	for i, n := range []int{0, 1, 0} {
+		c, status, msg := dial(nodes[n])
+		if c == nil {
+			t.Fatalf("connection %d, on node %d: %d %s; want 101", i+1, n+1, status, msg)
+		}
+		open = append(open, c)
+	}
+	for n := range nodes {
+		c, status, msg := dial(nodes[n])
+		if c != nil || status != http.StatusTooManyRequests || !strings.Contains(msg, "3 WebSocket connections open across the service") || !strings.HasPrefix(msg, "10 ") {
+			t.Fatalf("a 4th connection, on node %d: %d %q; want 429, Retry-After 10, and the cap across the service", n+1, status, msg)
+		}
+	}
+	// Closing one on the first node frees a slot on the second (the
+	// server gives it back once the connection has ended there).
+	open[0].Close(websocket.StatusNormalClosure, "")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, status, msg := dial(nodes[1])
+		if c != nil {
+			open[0] = c
+			break
+		}
+		if status != http.StatusTooManyRequests || time.Now().After(deadline) {
+			t.Fatalf("after closing a connection on node 1, node 2 answers %d %s; want 101 within 10 s", status, msg)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if c, status, msg := dial(nodes[0]); c != nil || status != http.StatusTooManyRequests {
+		t.Fatalf("a 4th connection again: %d %s; want 429", status, msg)
+	}
+	for _, c := range open {
+		c.Close(websocket.StatusNormalClosure, "")
+	}
+	termAll(t, nodes)
+}
+
 // Redis losing its state while the nodes' meters still hold calls they
 // admitted but have not written gives nobody a call more than the plan:
 // the month is seeded again once the meters have written them.

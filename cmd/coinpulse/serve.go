@@ -95,7 +95,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.Int64Var(&c.seed, "seed", 1, "seed of the simulated feed")
 	fs.IntVar(&c.simCoins, "sim-coins", sim.MinCoins, "size of the simulated universe (real coins topped up with synthetic sim- coins; 1000 to 100000)")
 	fs.Int64Var(&c.maxBody, "max-body", 64<<10, "largest request body in bytes")
-	fs.IntVar(&c.wsMaxPerAccount, "ws-max-per-account", api.DefaultMaxStreamsPerAccount, "WebSocket connections an account may hold open on this node (0: no cap)")
+	fs.IntVar(&c.wsMaxPerAccount, "ws-max-per-account", api.DefaultMaxStreamsPerAccount, "WebSocket connections an account may hold open: on this node, or on every node sharing --redis (0: no cap)")
 	fs.Float64Var(&c.minMoverVolume, "min-mover-volume", 50_000, "24 h volume floor (USD) for top movers")
 	fs.DurationVar(&c.writeTimeout, "write-timeout", api.DefaultWriteTimeout, "longest a client may take to take in an answer's first part, and each further 64 KiB of it, before it is cut off")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long graceful shutdown waits for in-flight requests")
@@ -385,13 +385,13 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	var mtr *meter.Meter
 	if cfg.limits == "on" {
-		limiter, closeLimiter, err := newLimiter(ctx, cfg, store, log)
+		limiter, slots, closeLimiter, err := newLimiter(ctx, cfg, store, log)
 		if err != nil {
 			return err
 		}
 		defer closeLimiter()
 		mtr = meter.New(store, log, meter.Options{Interval: cfg.meterInterval})
-		apiCfg.Limiter, apiCfg.Meter = limiter, mtr
+		apiCfg.Limiter, apiCfg.Meter, apiCfg.StreamSlots = limiter, mtr, slots
 	} else {
 		log.Warn("rate limits and metering are OFF (--limits off)")
 	}
@@ -691,12 +691,13 @@ func newFeed(cfg serveConfig, log *slog.Logger) (coinpulse.Feed, error) {
 var withBenchHeaders func(http.Handler, *slog.Logger) http.Handler
 
 // newLimiter returns the limiter cfg asks for: Redis when --redis is set,
-// else in-process. Either seeds a month's count from the store, so that a
+// else in-process; with Redis, the WebSocket connections are capped
+// across the nodes in it too (nil slots: each node caps its own). Either seeds a month's count from the store, so that a
 // restart resets nobody's allowance: from the calls the meters counted
 // admitted to the plan, which include those still being answered, or the
 // metered calls if more (in a month when nodes of a build that did not
 // count admissions served too).
-func newLimiter(ctx context.Context, cfg serveConfig, store coinpulse.Store, log *slog.Logger) (coinpulse.Limiter, func(), error) {
+func newLimiter(ctx context.Context, cfg serveConfig, store coinpulse.Store, log *slog.Logger) (coinpulse.Limiter, coinpulse.Slots, func(), error) {
 	user := func(account string) (int64, bool) {
 		id, err := strconv.ParseInt(strings.TrimPrefix(account, "u"), 10, 64)
 		return id, err == nil && strings.HasPrefix(account, "u")
@@ -716,11 +717,11 @@ func newLimiter(ctx context.Context, cfg serveConfig, store coinpulse.Store, log
 	if cfg.redis == "" {
 		log.Info("rate limits in process (one node); use --redis to share them between nodes")
 		checkLimiter(ctx, store, "in process", log)
-		return ratelimit.NewMemory(time.Now, seed), func() {}, nil
+		return ratelimit.NewMemory(time.Now, seed), nil, func() {}, nil
 	}
 	opts, err := ratelimit.ClientOptions(cfg.redis)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--redis: %w", err)
+		return nil, nil, nil, fmt.Errorf("--redis: %w", err)
 	}
 	redis.SetLogger(&redisLog{log: log, now: time.Now})
 	client := redis.NewClient(opts)
@@ -728,7 +729,7 @@ func newLimiter(ctx context.Context, cfg serveConfig, store coinpulse.Store, log
 	defer cancel()
 	if err := client.Ping(pctx).Err(); err != nil {
 		client.Close()
-		return nil, nil, fmt.Errorf("--redis %s: %w", opts.Addr, err)
+		return nil, nil, nil, fmt.Errorf("--redis %s: %w", opts.Addr, err)
 	}
 	log.Info("rate limits in Redis", "addr", opts.Addr)
 	checkLimiter(ctx, store, fmt.Sprintf("redis %s db %d prefix %q", opts.Addr, opts.DB, cfg.redisPrefix), log)
@@ -745,7 +746,8 @@ func newLimiter(ctx context.Context, cfg serveConfig, store coinpulse.Store, log
 	}
 	limiter := ratelimit.NewRedis(client, seed, ratelimit.WithPrefix(cfg.redisPrefix),
 		ratelimit.WithSettle(settle), ratelimit.WithSeen(seen))
-	return limiter, func() { limiter.Close(); client.Close() }, nil
+	slots := ratelimit.NewRedisSlots(client, ratelimit.SlotsConfig{Prefix: cfg.redisPrefix, Log: log})
+	return limiter, slots, func() { limiter.Close(); slots.Close(); client.Close() }, nil
 }
 
 // limiterKey is where the store keeps which limiter last served it.

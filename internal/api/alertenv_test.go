@@ -80,8 +80,10 @@ type alertEnvOptions struct {
 	// wrapStore, when set, wraps the store the server is given (not
 	// env.store), e.g. to make some of its reads fail.
 	wrapStore func(coinpulse.Store) coinpulse.Store
-	// maxStreams is the server's MaxStreamsPerAccount.
+	// maxStreams is the server's MaxStreamsPerAccount; slots its
+	// StreamSlots.
 	maxStreams int
+	slots      coinpulse.Slots
 }
 
 type alertEnv struct {
@@ -140,7 +142,7 @@ func newAlertEnv(tb testing.TB, opts alertEnvOptions) *alertEnv {
 	cfg := Config{
 		Store: srvStore, Market: shared.engine, Log: quiet, Plans: opts.plans, Clock: clock,
 		AlertIndex: e.ev, WebhookAllowPrivate: opts.allowPrivate,
-		Stream: stream.Config{Heartbeat: -1}, MaxStreamsPerAccount: opts.maxStreams,
+		Stream: stream.Config{Heartbeat: -1}, MaxStreamsPerAccount: opts.maxStreams, StreamSlots: opts.slots,
 	}
 	if opts.dispatch {
 		so := opts.sender

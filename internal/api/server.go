@@ -75,9 +75,12 @@ type Config struct {
 	// Resolve are the server's own).
 	Stream stream.Config
 	// MaxStreamsPerAccount caps the WebSocket connections one account
-	// (both modes together) holds open on this node (0: the default,
+	// (both modes together) holds open (0: the default,
 	// DefaultMaxStreamsPerAccount; negative: no cap).
 	MaxStreamsPerAccount int
+	// StreamSlots counts the connections against that cap on every node
+	// that shares it (ratelimit.RedisSlots); nil counts this node's.
+	StreamSlots coinpulse.Slots
 	// KeyCacheTTL bounds how long a verified key is trusted without asking
 	// the store again (default 30 s); revocations cut it short everywhere
 	// through the store's auth epoch.
@@ -147,8 +150,12 @@ type Server struct {
 	resolver            *net.Resolver
 	hub                 *stream.Hub
 	wsRoute             Route
-	streams             streamSlots
 	dashboard           http.Handler
+	// slots caps each account's WebSocket connections at maxStreams
+	// (negative: no cap); sharedSlots: on every node (Config.StreamSlots).
+	slots       coinpulse.Slots
+	sharedSlots bool
+	maxStreams  int
 	// metricsToken is Config.MetricsToken.
 	metricsToken string
 }
@@ -338,9 +345,12 @@ func New(cfg Config) *Server {
 			s.wsRoute = rt
 		}
 	}
-	s.streams = streamSlots{max: cfg.MaxStreamsPerAccount, held: map[int64]int{}}
-	if s.streams.max == 0 {
-		s.streams.max = DefaultMaxStreamsPerAccount
+	s.slots, s.sharedSlots, s.maxStreams = cfg.StreamSlots, cfg.StreamSlots != nil, cfg.MaxStreamsPerAccount
+	if s.slots == nil {
+		s.slots = &streamSlots{held: map[int64]int{}}
+	}
+	if s.maxStreams == 0 {
+		s.maxStreams = DefaultMaxStreamsPerAccount
 	}
 	sc := cfg.Stream
 	sc.Authenticate, sc.Resolve, sc.Upgraded = s.streamAuth, s.streamResolve, s.streamUpgraded

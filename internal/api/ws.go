@@ -28,9 +28,9 @@ type wsCall struct {
 	// answered 101: its duration in the meter.
 	start   time.Time
 	upgrade time.Duration
-	// slot is the account holding one of the node's connection slots
-	// for this call (see streamSlots), 0 for none yet.
-	slot int64
+	// release gives back the connection slot this call holds (see
+	// takeStreamSlot); nil for none yet.
+	release func()
 }
 
 // withStreamCall gives a request to the WebSocket route the state its
@@ -175,55 +175,65 @@ func (s *Server) streamResolve(idOrSymbol string) (string, error) {
 }
 
 // DefaultMaxStreamsPerAccount is how many WebSocket connections an account
-// may hold open on one node by default (Config.MaxStreamsPerAccount).
+// may hold open by default (Config.MaxStreamsPerAccount).
 const DefaultMaxStreamsPerAccount = 25
 
-// streamSlots caps the WebSocket connections each account holds open on
-// this node, so that one account cannot tie up the node's memory and
-// sockets: the limits bound how fast connections open, not how many stay
-// open. A connection takes its account's slot once authenticated, before
-// the limits count the call, and gives it back when the call ends.
+// streamSlots is the in-process coinpulse.Slots: it caps the WebSocket
+// connections each account holds open on this node.
 type streamSlots struct {
 	mu   sync.Mutex
-	max  int // negative: no cap
 	held map[int64]int
 }
 
-// take takes one of userID's slots; false when it holds them all.
-func (t *streamSlots) take(userID int64) bool {
+// Take takes one of account's slots; see coinpulse.Slots.
+func (t *streamSlots) Take(_ context.Context, account int64, max int) (func(), bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.max >= 0 && t.held[userID] >= t.max {
-		return false
+	if max >= 0 && t.held[account] >= max {
+		return nil, false, nil
 	}
-	t.held[userID]++
-	return true
+	t.held[account]++
+	var once sync.Once
+	return func() { once.Do(func() { t.give(account) }) }, true, nil
 }
 
-// give gives back one of userID's slots.
-func (t *streamSlots) give(userID int64) {
+// give gives back one of account's slots.
+func (t *streamSlots) give(account int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.held[userID]--; t.held[userID] <= 0 {
-		delete(t.held, userID)
+	if t.held[account]--; t.held[account] <= 0 {
+		delete(t.held, account)
 	}
 }
 
 // takeStreamSlot takes a connection slot for the WebSocket call of r, of
-// e's principal: 429 RATE_LIMIT_EXCEEDED, counting nothing, when the
-// account holds every slot. finish gives it back (giveStreamSlot).
+// e's principal, so that one account cannot tie up the nodes' memory and
+// sockets: the limits bound how fast connections open, not how many stay
+// open. The slot is taken once the key is known, before the limits count
+// the call: 429 RATE_LIMIT_EXCEEDED, counting nothing, when the account
+// holds every slot (on this node, or on every node with shared slots);
+// 503 when the shared slots cannot be reached. finish gives it back
+// (giveStreamSlot).
 func (s *Server) takeStreamSlot(e *exchange, r *http.Request) error {
 	call, _ := r.Context().Value(wsCallKey{}).(*wsCall)
-	if call == nil || call.slot != 0 {
+	if call == nil || call.release != nil {
 		return nil
 	}
-	id := e.principal.user.ID
-	if !s.streams.take(id) {
+	release, ok, err := s.slots.Take(r.Context(), e.principal.user.ID, s.maxStreams)
+	switch {
+	case err != nil:
+		e.Header().Set("Retry-After", "1")
+		return &coinpulse.Error{Code: coinpulse.CodeUnavailable, Message: "WebSocket connections cannot be counted right now; retry in a second.", Err: err}
+	case !ok:
+		where := "on this server"
+		if s.sharedSlots {
+			where = "across the service"
+		}
 		e.Header().Set("Retry-After", strconv.Itoa(streamSlotRetry))
 		return coinpulse.Errorf(coinpulse.CodeRateLimitExceeded,
-			"Your account has %d WebSocket connections open on this server, the most it may hold; close one before opening another (retry in %d seconds).", s.streams.max, streamSlotRetry)
+			"Your account has %d WebSocket connections open %s, the most it may hold; close one before opening another (retry in %d seconds).", s.maxStreams, where, streamSlotRetry)
 	}
-	call.slot = id
+	call.release = release
 	return nil
 }
 
@@ -233,9 +243,9 @@ const streamSlotRetry = 10
 
 // giveStreamSlot gives back the slot the WebSocket call of r took, if any.
 func (s *Server) giveStreamSlot(r *http.Request) {
-	if call, _ := r.Context().Value(wsCallKey{}).(*wsCall); call != nil && call.slot != 0 {
-		s.streams.give(call.slot)
-		call.slot = 0
+	if call, _ := r.Context().Value(wsCallKey{}).(*wsCall); call != nil && call.release != nil {
+		call.release()
+		call.release = nil
 	}
 }
 

@@ -441,6 +441,45 @@ func TestWSConnectionCap(t *testing.T) {
 	second.quiet("the sandbox connection after all that")
 }
 
+// unreachableSlots are shared slots whose store cannot be reached.
+type unreachableSlots struct{}
+
+func (unreachableSlots) Take(context.Context, int64, int) (func(), bool, error) {
+	return nil, false, errors.New("dial tcp 127.0.0.1:6379: connection refused")
+}
+
+// Shared slots that cannot be counted refuse the connection with 503 and
+// Retry-After 1 (the error and a close in the first-message auth), and
+// count nothing.
+func TestWSSlotsUnavailable(t *testing.T) {
+	t.Parallel()
+	env := newAlertEnv(t, alertEnvOptions{metered: true, slots: unreachableSlots{}})
+	url := wsServer(t, env)
+	live := env.newKey(coinpulse.TierPro)
+	_, res, err := dialWS(t, url, live)
+	if err == nil || res == nil || res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") != "1" {
+		t.Fatalf("connection: %v, response %v; want HTTP 503 with Retry-After 1", err, res)
+	}
+	body, _ := io.ReadAll(res.Body)
+	if !strings.Contains(string(body), `"code":"SERVICE_UNAVAILABLE"`) || !strings.Contains(string(body), "cannot be counted") || strings.Contains(string(body), "refused") {
+		t.Errorf("connection: body %s", body)
+	}
+	c := mustDialWS(t, url, "")
+	c.send(`{"type":"auth","api_key":"` + live + `","id":1}`)
+	if e := c.expect("error"); e["code"] != "SERVICE_UNAVAILABLE" {
+		t.Errorf("key in the first message: %v", e)
+	}
+	if ce := c.closed(); ce.Code != websocket.StatusTryAgainLater && ce.Code != websocket.StatusInternalError {
+		t.Errorf("key in the first message: closed with %d %q, want 1013 or 1011", ce.Code, ce.Reason)
+	}
+	time.Sleep(50 * time.Millisecond) // five meter intervals
+	if n := decode[struct {
+		MonthCalls int64 `json:"month_calls"`
+	}](t, do(t, env.srv, "GET", "/api/v1/usage", live)).MonthCalls; n != 0 {
+		t.Errorf("month_calls %d, want 0", n)
+	}
+}
+
 // An alert's firing reaches its owner's connections in its mode that
 // follow alerts, and no one else's.
 func TestWSAlertFirings(t *testing.T) {
@@ -715,26 +754,41 @@ func TestWSClosedWhenItLapses(t *testing.T) {
 }
 
 func TestStreamSlots(t *testing.T) {
-	capped := streamSlots{max: 2, held: map[int64]int{}}
-	if !capped.take(1) || !capped.take(1) || capped.take(1) {
-		t.Error("a cap of 2: want two slots, then none")
+	ctx := context.Background()
+	slots := &streamSlots{held: map[int64]int{}}
+	take := func(account int64, max int) func() {
+		t.Helper()
+		release, ok, err := slots.Take(ctx, account, max)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return nil
+		}
+		return release
 	}
-	if !capped.take(2) {
-		t.Error("another account is held back by the first's slots")
+	a, b := take(1, 2), take(1, 2)
+	if a == nil || b == nil || take(1, 2) != nil {
+		t.Fatal("a cap of 2: want two slots, then none")
 	}
-	capped.give(1)
-	if !capped.take(1) {
-		t.Error("a slot given back cannot be taken again")
+	other := take(2, 2)
+	if other == nil {
+		t.Fatal("another account is held back by the first's slots")
 	}
-	capped.give(1)
-	capped.give(1)
-	capped.give(2)
-	if len(capped.held) != 0 {
-		t.Errorf("every slot given back, yet %v is held", capped.held)
+	a()
+	a() // a second release gives nothing back
+	c := take(1, 2)
+	if c == nil || take(1, 2) != nil {
+		t.Error("one slot given back (twice): want it taken again, and no more")
 	}
-	uncapped := streamSlots{max: -1, held: map[int64]int{}}
+	b()
+	c()
+	other()
+	if len(slots.held) != 0 {
+		t.Errorf("every slot given back, yet %v is held", slots.held)
+	}
 	for i := range 1000 {
-		if !uncapped.take(1) {
+		if take(1, -1) == nil {
 			t.Fatalf("no cap: slot %d refused", i+1)
 		}
 	}

@@ -153,4 +153,11 @@
 // is not counted later (see runDeadline). The scripts rely on effects
 // replication (the default since Redis 5), since TIME is not
 // deterministic.
+//
+// # Connection slots
+//
+// RedisSlots implements coinpulse.Slots for the nodes sharing a Redis:
+// the cap on an account's open WebSocket connections, counted across
+// them (slots.lua; see RedisSlots). It keeps its keys next to the
+// account's limiter keys, under the same prefix and hash tag.
 package ratelimit
