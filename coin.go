@@ -183,3 +183,18 @@ type Feed interface {
 type QuotedRollup interface {
 	RollupFromQuotes() bool
 }
+
+// UniverseAdopter is implemented by a feed whose Universe is a choice of
+// the moment (coingecko: the N largest coins when it is asked), so that a
+// node can serve the coin set another node chose rather than its own.
+type UniverseAdopter interface {
+	// UniverseKey names what Universe chooses from (the feed and the
+	// settings that shape its choice): sets of the same key may be
+	// adopted.
+	UniverseKey() string
+	// Adopt makes coins, a set Universe returned (on this node or
+	// another), the feed's universe, in place of a call to Universe, and
+	// returns them as this node serves them. It fails, changing nothing,
+	// for a set it cannot serve.
+	Adopt(coins []CoinInfo) ([]CoinInfo, error)
+}

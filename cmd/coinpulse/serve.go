@@ -375,7 +375,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if (cfg.feed == "coingecko" || cfg.feed == "binance") && (strings.HasPrefix(cfg.db, "postgres://") || strings.HasPrefix(cfg.db, "postgresql://")) {
 		// The nodes sharing the database take each refresh's quotes from
 		// the upstream once, through it. (A SQLite file has one node.)
-		feed = relay.New(relay.Config{Feed: feed, KV: store, Log: log})
+		feed = relay.New(relay.Config{Feed: feed, KV: store, Log: log, Refresh: cfg.refresh})
 	}
 
 	engine := market.New(market.Config{Feed: feed, Store: store, Log: log, Refresh: cfg.refresh, MinMoverVolume: cfg.minMoverVolume})

@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -128,8 +129,9 @@ type fetched struct {
 }
 
 var (
-	_ coinpulse.Feed          = (*Feed)(nil)
-	_ coinpulse.MarketCounter = (*Feed)(nil)
+	_ coinpulse.Feed            = (*Feed)(nil)
+	_ coinpulse.MarketCounter   = (*Feed)(nil)
+	_ coinpulse.UniverseAdopter = (*Feed)(nil)
 )
 
 // withDefaults fills in the fields left zero.
@@ -262,7 +264,7 @@ func (f *Feed) Universe(ctx context.Context) ([]coinpulse.CoinInfo, error) {
 	infos := make([]coinpulse.CoinInfo, len(all))
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.listedAt = f.now().UTC().Truncate(day).Add(-time.Duration(f.historyDays-2) * day)
+	f.listedAt = f.historyStart()
 	f.universe = f.universe[:0]
 	for i, m := range all {
 		infos[i] = coinpulse.CoinInfo{
@@ -276,6 +278,46 @@ func (f *Feed) Universe(ctx context.Context) ([]coinpulse.CoinInfo, error) {
 		f.universe = append(f.universe, m.ID)
 	}
 	return infos, nil
+}
+
+// historyStart is where the history of the coins of a universe taken now
+// begins: HistoryDays − 2 days before today.
+func (f *Feed) historyStart() time.Time {
+	return f.now().UTC().Truncate(day).Add(-time.Duration(f.historyDays-2) * day)
+}
+
+// UniverseKey is the feed's fingerprint and its count of coins: nodes
+// asking for as many coins may serve one set (coinpulse.UniverseAdopter).
+func (f *Feed) UniverseKey() string { return f.String() + ":coins=" + strconv.Itoa(f.coins) }
+
+// Adopt serves coins, a universe another node (or an earlier start) took
+// from CoinGecko, instead of taking one now (coinpulse.UniverseAdopter).
+// Their history begins where theirs did, or later if that is now further
+// back than this node may ask (a set taken on an earlier day). It refuses a set of more coins than
+// Config.Coins, or one with a coin this feed could not have chosen.
+func (f *Feed) Adopt(coins []coinpulse.CoinInfo) ([]coinpulse.CoinInfo, error) {
+	if len(coins) == 0 || len(coins) > f.coins {
+		return nil, fmt.Errorf("coingecko: a universe of %d coins, not 1 to %d", len(coins), f.coins)
+	}
+	out := slices.Clone(coins)
+	seen := make(map[string]bool, len(coins))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	start := f.historyStart()
+	for _, c := range out {
+		if !validID(c.ID) || seen[c.ID] || c.Name == "" || c.Symbol == "" {
+			return nil, fmt.Errorf("coingecko: a universe with coin %q, which CoinGecko's answers cannot hold", c.ID)
+		}
+		seen[c.ID] = true
+		start = maxTime(start, c.ListedAt)
+	}
+	f.listedAt = start
+	f.universe = f.universe[:0]
+	for i := range out {
+		out[i].ListedAt = start
+		f.universe = append(f.universe, out[i].ID)
+	}
+	return out, nil
 }
 
 // Quotes returns the latest figures of the universe's coins, 250 a call.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -117,6 +118,60 @@ func TestUniverseAndQuotes(t *testing.T) {
 	f = newFeed(t, up, Config{Coins: 1000})
 	if u, err = f.Universe(ctx); err != nil || len(u) != 599 {
 		t.Errorf("%v %d", err, len(u))
+	}
+}
+
+// Adopt serves a set chosen before (by another node) without a call: its
+// quotes are those coins', its history begins no further back than this
+// node may ask; a set the feed could not have chosen is refused.
+func TestAdopt(t *testing.T) {
+	coins := cgtest.Coins(20)
+	up := cgtest.Start(t, coins)
+	ctx := context.Background()
+	chooser := newFeed(t, up, Config{Coins: 5})
+	set, err := chooser.Universe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set = append(set[1:], coinpulse.CoinInfo{ID: coins[9].ID, Symbol: coins[9].Symbol, Name: coins[9].Name, ListedAt: set[0].ListedAt})
+	set[0].ListedAt = set[0].ListedAt.AddDate(0, 0, -3) // chosen three days ago
+	f := newFeed(t, up, Config{Coins: 5})
+	if f.UniverseKey() != chooser.UniverseKey() || f.UniverseKey() == newFeed(t, up, Config{Coins: 6}).UniverseKey() {
+		t.Errorf("universe keys: %q, %q", f.UniverseKey(), chooser.UniverseKey())
+	}
+	before := up.Calls("markets")
+	got, err := f.Adopt(set)
+	if err != nil || len(got) != 5 || up.Calls("markets") != before {
+		t.Fatalf("Adopt: %v, %d coins, %d calls", err, len(got), up.Calls("markets")-before)
+	}
+	start := time.Now().UTC().Truncate(day).AddDate(0, 0, -(DefaultHistoryDays - 2))
+	for _, c := range got {
+		if !c.ListedAt.Equal(start) {
+			t.Errorf("%s listed at %s, want %s", c.ID, c.ListedAt, start)
+		}
+	}
+	q, err := f.Quotes(ctx, time.Now())
+	if err != nil || len(q) != 5 {
+		t.Fatalf("quotes: %v %d", err, len(q))
+	}
+	for i, x := range q {
+		if x.CoinID != set[i].ID {
+			t.Errorf("quote %d of %s, want %s", i, x.CoinID, set[i].ID)
+		}
+	}
+	six := append(slices.Clone(set), coinpulse.CoinInfo{ID: coins[10].ID, Symbol: "x", Name: "X"})
+	twice := append(slices.Clone(set[:4]), set[0])
+	bad := slices.Clone(set)
+	bad[2].ID = "Not/An/Id"
+	noName := slices.Clone(set)
+	noName[1].Name = ""
+	for name, s := range map[string][]coinpulse.CoinInfo{"none": nil, "six": six, "twice": twice, "bad id": bad, "no name": noName} {
+		if _, err := f.Adopt(s); err == nil {
+			t.Errorf("%s: adopted", name)
+		}
+	}
+	if q, err := f.Quotes(ctx, time.Now()); err != nil || len(q) != 5 || q[4].CoinID != coins[9].ID {
+		t.Errorf("after the refusals the set changed: %v %v", err, q)
 	}
 }
 

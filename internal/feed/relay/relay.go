@@ -6,9 +6,12 @@
 // figures, snapshot ids and ETags, as sim's nodes do.
 //
 // Only nodes with the same coin set share: the store keys hold the feed's
-// fingerprint and a hash of the universe's ids (sorted), so a node whose
-// CoinGecko top list differs (started another day) takes its own quotes,
-// as before. serve relays only on PostgreSQL: a SQLite file has one node.
+// fingerprint and a hash of the universe's ids (sorted). So that a node
+// started another day, with another CoinGecko top list, serves the same
+// coins, the node that chooses a set stores it, and a node that starts
+// while another serves it, or within a day of its choice, serves it too
+// (see Feed.Universe). serve relays only on PostgreSQL: a SQLite file has
+// one node.
 // History is not relayed: a node's first start backfills from the
 // upstream (a later node finds the saved state in the shared store and
 // starts warm).
@@ -51,6 +54,15 @@ type Config struct {
 	// Poll is how often a node waiting for another's quotes reads the
 	// store (default 100 ms).
 	Poll time.Duration
+	// Refresh is the nodes' refresh interval (default a minute): a coin
+	// set whose quotes were stored within two of them, and 30 s more, is
+	// served by a node now.
+	Refresh time.Duration
+	// Fresh is how long after it was chosen a coin set is served by the
+	// nodes that start, even when no node serves it now (default 24
+	// hours). Past it, a node that starts while none serves it chooses
+	// again.
+	Fresh time.Duration
 	// Clock tells the time of claims (default time.Now).
 	Clock func() time.Time
 	// Log receives the relay's warnings (default slog.Default()).
@@ -77,6 +89,9 @@ var (
 	_ fmt.Stringer            = (*Feed)(nil)
 )
 
+// DefaultFresh is Config.Fresh's default.
+const DefaultFresh = 24 * time.Hour
+
 // New wraps cfg.Feed.
 func New(cfg Config) *Feed {
 	if cfg.Node == "" {
@@ -92,6 +107,12 @@ func New(cfg Config) *Feed {
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = 100 * time.Millisecond
+	}
+	if cfg.Refresh <= 0 {
+		cfg.Refresh = time.Minute
+	}
+	if cfg.Fresh <= 0 {
+		cfg.Fresh = DefaultFresh
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
@@ -132,17 +153,29 @@ func (f *Feed) Markets() (int, bool) {
 	return f.markets, f.marketsOK
 }
 
-// Universe is the upstream's; it names the store keys the nodes with the
-// same coin set share.
+// Universe is the coin set the node serves, which names the store keys
+// the nodes serving it share. An upstream whose set is a choice of the
+// moment (coinpulse.UniverseAdopter: CoinGecko's top list) serves the
+// set stored by the node that chose it, when another node serves it now
+// or it was chosen within Fresh; else the node chooses one and stores
+// it. See adopt.
 func (f *Feed) Universe(ctx context.Context) ([]coinpulse.CoinInfo, error) {
-	u, err := f.cfg.Feed.Universe(ctx)
+	u, err := f.universe(ctx)
 	if err != nil {
 		return nil, err
 	}
-	// The set of coins, not their order: CoinGecko lists them by market
-	// cap, which moves.
-	ids := make([]string, len(u))
-	for i, c := range u {
+	f.mu.Lock()
+	f.key = f.keyOf(u)
+	f.mu.Unlock()
+	return u, nil
+}
+
+// keyOf is the start of the store keys of the nodes serving coins:
+// "relay:<fingerprint>:<hash of the ids>". The set of coins, not their
+// order: CoinGecko lists them by market cap, which moves.
+func (f *Feed) keyOf(coins []coinpulse.CoinInfo) string {
+	ids := make([]string, len(coins))
+	for i, c := range coins {
 		ids[i] = c.ID
 	}
 	slices.Sort(ids)
@@ -151,10 +184,82 @@ func (f *Feed) Universe(ctx context.Context) ([]coinpulse.CoinInfo, error) {
 		h.Write([]byte(id))
 		h.Write([]byte{0})
 	}
-	f.mu.Lock()
-	f.key = "relay:" + f.String() + ":" + strconv.FormatUint(h.Sum64(), 36)
-	f.mu.Unlock()
+	return "relay:" + f.String() + ":" + strconv.FormatUint(h.Sum64(), 36)
+}
+
+// chosen is a coin set as the node that chose it stored it, under
+// "relay:<universe key>:universe".
+type chosen struct {
+	At    int64                `json:"at"` // when, Unix milliseconds
+	Node  string               `json:"node"`
+	Coins []coinpulse.CoinInfo `json:"coins"`
+}
+
+// universe returns the upstream's set, or the set another node chose.
+func (f *Feed) universe(ctx context.Context) ([]coinpulse.CoinInfo, error) {
+	ad, ok := f.cfg.Feed.(coinpulse.UniverseAdopter)
+	if !ok {
+		return f.cfg.Feed.Universe(ctx)
+	}
+	key := "relay:" + ad.UniverseKey() + ":universe"
+	raw, err := f.get(ctx, key)
+	if err != nil {
+		f.cfg.Log.Warn("relay: cannot read the coin set the other nodes serve; this node chooses its own", "err", err)
+		return f.cfg.Feed.Universe(ctx)
+	}
+	if u := f.adopt(ctx, ad, raw); u != nil {
+		return u, nil
+	}
+	u, err := f.cfg.Feed.Universe(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(chosen{At: f.cfg.Clock().UnixMilli(), Node: f.cfg.Node, Coins: u})
+	if err != nil {
+		return nil, err
+	}
+	switch stored, err := f.swap(ctx, key, raw, b); {
+	case err != nil:
+		f.cfg.Log.Warn("relay: cannot store the coin set this node chose for the others", "err", err)
+	case !stored:
+		// Another node chose one at the same moment: serve its.
+		if raw, err := f.get(ctx, key); err == nil {
+			if other := f.adopt(ctx, ad, raw); other != nil {
+				return other, nil
+			}
+		}
+	}
 	return u, nil
+}
+
+// adopt returns the coin set stored as raw, adopted by the upstream, when
+// it is to be served: another node serves it now (its quotes are of the
+// last two refreshes, or 30 s more), or it was chosen within Fresh (a
+// restart, or the nodes of a deployment started one after another). Nil
+// when there is none, it is not to be served (the set is chosen again),
+// or the upstream refuses it.
+func (f *Feed) adopt(ctx context.Context, ad coinpulse.UniverseAdopter, raw []byte) []coinpulse.CoinInfo {
+	var c chosen
+	if raw == nil || json.Unmarshal(raw, &c) != nil || len(c.Coins) == 0 {
+		return nil
+	}
+	now := f.cfg.Clock()
+	age := now.Sub(time.UnixMilli(c.At))
+	if age < -skew {
+		return nil // a clock gone wrong
+	}
+	rec, err := f.read(ctx, f.keyOf(c.Coins)+":quotes")
+	serving := err == nil && rec != nil && now.Sub(time.UnixMilli(rec.At)) < 2*f.cfg.Refresh+30*time.Second
+	if !serving && age >= f.cfg.Fresh {
+		return nil
+	}
+	u, err := ad.Adopt(c.Coins)
+	if err != nil {
+		f.cfg.Log.Warn("relay: the coin set another node chose cannot be served here; this node chooses its own", "err", err)
+		return nil
+	}
+	f.cfg.Log.Info("relay: serving the coin set chosen before", "coins", len(u), "chosen", time.UnixMilli(c.At).UTC(), "by", c.Node, "served_now", serving)
+	return u
 }
 
 // record is the quotes of one refresh instant, as stored.
@@ -471,9 +576,10 @@ func (f *Feed) take(rec *record, fetched bool) []coinpulse.Quote {
 	if rec.Markets != nil {
 		f.markets, f.marketsOK = *rec.Markets, true
 	}
-	if fetched {
+	switch {
+	case fetched:
 		f.fetched++
-	} else {
+	case rec.Node != f.cfg.Node: // (not this node's own, read again)
 		if f.relayed == 0 {
 			f.cfg.Log.Info("relay: quotes relayed from another node through the database, rather than fetched again", "feed", f.cfg.Feed.Name(), "from", rec.Node)
 		}
