@@ -9,8 +9,8 @@
 // fingerprint and a hash of the universe's ids (sorted). So that a node
 // started another day, with another CoinGecko top list, serves the same
 // coins, the node that chooses a set stores it, and a node that starts
-// while another serves it, or within a day of its choice, serves it too
-// (see Feed.Universe). serve relays only on PostgreSQL: a SQLite file has
+// within a day of the choice, or within a week while another node serves
+// it, serves it too (see Feed.Universe). serve relays only on PostgreSQL: a SQLite file has
 // one node.
 // History is not relayed: a node's first start backfills from the
 // upstream (a later node finds the saved state in the shared store and
@@ -63,6 +63,11 @@ type Config struct {
 	// hours). Past it, a node that starts while none serves it chooses
 	// again.
 	Fresh time.Duration
+	// Stale is how long after it was chosen a coin set is served by the
+	// nodes that start at all (default 7 days): past it, the next node
+	// to start chooses again, whichever nodes serve it, so that the set
+	// follows the upstream's top list however the nodes restart.
+	Stale time.Duration
 	// Clock tells the time of claims (default time.Now).
 	Clock func() time.Time
 	// Log receives the relay's warnings (default slog.Default()).
@@ -89,8 +94,11 @@ var (
 	_ fmt.Stringer            = (*Feed)(nil)
 )
 
-// DefaultFresh is Config.Fresh's default.
-const DefaultFresh = 24 * time.Hour
+// Config.Fresh's and Config.Stale's defaults.
+const (
+	DefaultFresh = 24 * time.Hour
+	DefaultStale = 7 * 24 * time.Hour
+)
 
 // New wraps cfg.Feed.
 func New(cfg Config) *Feed {
@@ -113,6 +121,9 @@ func New(cfg Config) *Feed {
 	}
 	if cfg.Fresh <= 0 {
 		cfg.Fresh = DefaultFresh
+	}
+	if cfg.Stale <= 0 {
+		cfg.Stale = DefaultStale
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
@@ -156,9 +167,9 @@ func (f *Feed) Markets() (int, bool) {
 // Universe is the coin set the node serves, which names the store keys
 // the nodes serving it share. An upstream whose set is a choice of the
 // moment (coinpulse.UniverseAdopter: CoinGecko's top list) serves the
-// set stored by the node that chose it, when another node serves it now
-// or it was chosen within Fresh; else the node chooses one and stores
-// it. See adopt.
+// set stored by the node that chose it, when it was chosen within Fresh,
+// or within Stale and another node serves it now; else the node chooses
+// one and stores it. See adopt.
 func (f *Feed) Universe(ctx context.Context) ([]coinpulse.CoinInfo, error) {
 	u, err := f.universe(ctx)
 	if err != nil {
@@ -233,9 +244,10 @@ func (f *Feed) universe(ctx context.Context) ([]coinpulse.CoinInfo, error) {
 }
 
 // adopt returns the coin set stored as raw, adopted by the upstream, when
-// it is to be served: another node serves it now (its quotes are of the
-// last two refreshes, or 30 s more), or it was chosen within Fresh (a
-// restart, or the nodes of a deployment started one after another). Nil
+// it is to be served: it was chosen within Fresh (a restart, or the
+// nodes of a deployment started one after another), or within Stale and
+// another node serves it now (its quotes are of the last two refreshes,
+// or 30 s more). Nil
 // when there is none, it is not to be served (the set is chosen again),
 // or the upstream refuses it.
 func (f *Feed) adopt(ctx context.Context, ad coinpulse.UniverseAdopter, raw []byte) []coinpulse.CoinInfo {
@@ -245,8 +257,8 @@ func (f *Feed) adopt(ctx context.Context, ad coinpulse.UniverseAdopter, raw []by
 	}
 	now := f.cfg.Clock()
 	age := now.Sub(time.UnixMilli(c.At))
-	if age < -skew {
-		return nil // a clock gone wrong
+	if age < -skew || age >= f.cfg.Stale {
+		return nil // a clock gone wrong, or a set to choose again
 	}
 	rec, err := f.read(ctx, f.keyOf(c.Coins)+":quotes")
 	serving := err == nil && rec != nil && now.Sub(time.UnixMilli(rec.At)) < 2*f.cfg.Refresh+30*time.Second

@@ -154,3 +154,27 @@ func TestUniverseNotAdopter(t *testing.T) {
 		t.Fatalf("a universe stored: %v", err)
 	}
 }
+
+// A set a node serves is adopted for a week after its choice; then the
+// next node to start chooses again, though a node serves it.
+func TestUniverseStale(t *testing.T) {
+	db := openStore(t)
+	clk := &clock{}
+	clk.Set(t0)
+	na, first := startNode(t, newChooser(t, ""), db, clk)
+	drop := first[7]
+	for _, tc := range []struct {
+		after time.Duration
+		adopt bool
+	}{{DefaultStale - time.Hour, true}, {DefaultStale, false}} {
+		clk.Set(t0.Add(tc.after))
+		if _, err := na.Quotes(context.Background(), clk.Now().Truncate(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		b := newChooser(t, drop)
+		_, ids := startNode(t, b, db, clk)
+		if adopted := b.choices.Load() == 0 && slices.Equal(ids, first); adopted != tc.adopt {
+			t.Errorf("%s after the choice, served: adopted %v, want %v", tc.after, adopted, tc.adopt)
+		}
+	}
+}
