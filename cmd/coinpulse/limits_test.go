@@ -237,8 +237,8 @@ func TestLimitsExactAcrossTwoNodes(t *testing.T) {
 
 // With --redis, an account's WebSocket connections are capped across the
 // nodes, not on each: two nodes with --ws-max-per-account 3 hold 3 of
-// one account's connections between them, and a connection closed on one
-// frees its slot for the other.
+// one account's connections between them, and a connection closed on one,
+// or by its node's stop, frees its slot for the other.
 func TestStreamCapAcrossTwoNodes(t *testing.T) {
 	redisURL := ratelimit.RedisURL(t)
 	db := postgresSchema(t)
@@ -253,6 +253,13 @@ func TestStreamCapAcrossTwoNodes(t *testing.T) {
 		c, res, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(p.base, "http")+"/api/v1/ws",
 			&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + key}}})
 		if err == nil {
+			go func() { // read, so that a close from the server is answered
+				for {
+					if _, _, err := c.Read(context.Background()); err != nil {
+						return
+					}
+				}
+			}()
 			return c, http.StatusSwitchingProtocols, ""
 		}
 		if res == nil {
@@ -296,10 +303,18 @@ func TestStreamCapAcrossTwoNodes(t *testing.T) {
 	if c, status, msg := dial(nodes[0]); c != nil || status != http.StatusTooManyRequests {
 		t.Fatalf("a 4th connection again: %d %s; want 429", status, msg)
 	}
-	for _, c := range open {
-		c.Close(websocket.StatusNormalClosure, "")
+	// A node stopped with a connection open gives its slot back as it
+	// closes it.
+	nodes[0].term(t)
+	c, status, msg := dial(nodes[1])
+	if c == nil {
+		t.Fatalf("after the first node stopped, the second answers %d %s; want 101", status, msg)
 	}
-	termAll(t, nodes)
+	open = append(open, c)
+	for _, c := range open {
+		c.CloseNow()
+	}
+	nodes[1].term(t)
 }
 
 // Redis losing its state while the nodes' meters still hold calls they

@@ -1042,7 +1042,9 @@ func (s *Server) admit(e *exchange, r *http.Request, rt Route) error {
 	}
 	if rt.KeyOptional { // the WebSocket: a connection slot first, uncounted if none is left
 		if err := s.takeStreamSlot(e, r); err != nil {
-			s.peekHeaders(e, r)
+			if coinpulse.ErrorCode(err) == coinpulse.CodeRateLimitExceeded {
+				s.peekHeaders(e, r) // (not when Redis, which the limiter shares, failed)
+			}
 			return err
 		}
 	}
