@@ -203,3 +203,24 @@ func TestServeCoinGeckoTwoNodes(t *testing.T) {
 		t.Errorf("global: %v", ga)
 	}
 }
+
+// Two nodes started at once on an empty database take turns at the
+// history: the second serves quotes while the first backfills, then
+// loads what it stored, so CoinGecko answers the chart calls of one node.
+func TestServeCoinGeckoTwoNodesAtOnce(t *testing.T) {
+	db := postgresSchema(t)
+	up := cgtest.Start(t, cgtest.Coins(30))
+	// 10 calls a second: the first node's backfill (60 chart calls)
+	// takes about 6 s, in which the second starts.
+	args := []string{"--db", db, "--feed", "coingecko", "--coingecko-url", up.URL, "--coingecko-coins", "20", "--coingecko-rate", "600", "--plans", generousPlans(t)}
+	a := startServe(t, args...)
+	b := startServe(t, args...)
+	a.waitHistory(t)
+	b.waitHistory(t)
+	if n := up.Calls("chart"); n != 60 && n != 80 { // 80: the hour turned in between
+		t.Errorf("%d chart calls for two nodes of 20 coins, want 60: one backfill", n)
+	}
+	if !strings.Contains(b.stderr.String(), "another node is at this feed's history") {
+		t.Errorf("the second node does not log waiting for the first:\n%s", b.stderr)
+	}
+}

@@ -372,13 +372,16 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	defer store.Close()
 	log.Info("database open", "db", describeDB(cfg.db, cfg.dataDir))
+	var turn time.Duration
 	if (cfg.feed == "coingecko" || cfg.feed == "binance") && (strings.HasPrefix(cfg.db, "postgres://") || strings.HasPrefix(cfg.db, "postgresql://")) {
 		// The nodes sharing the database take each refresh's quotes from
-		// the upstream once, through it. (A SQLite file has one node.)
+		// the upstream once, through it, and take turns at its history.
+		// (A SQLite file has one node.)
 		feed = relay.New(relay.Config{Feed: feed, KV: store, Log: log, Refresh: cfg.refresh})
+		turn = 30 * time.Second
 	}
 
-	engine := market.New(market.Config{Feed: feed, Store: store, Log: log, Refresh: cfg.refresh, MinMoverVolume: cfg.minMoverVolume})
+	engine := market.New(market.Config{Feed: feed, Store: store, Log: log, Refresh: cfg.refresh, MinMoverVolume: cfg.minMoverVolume, Turn: turn})
 	apiCfg := api.Config{Store: store, Market: engine, Log: log, MaxBody: cfg.maxBody, WriteTimeout: cfg.writeTimeout, Plans: cfg.plans, SandboxLimits: &cfg.sandbox, MetricsToken: cfg.metricsToken}
 	if apiCfg.MaxStreamsPerAccount = cfg.wsMaxPerAccount; cfg.wsMaxPerAccount == 0 {
 		apiCfg.MaxStreamsPerAccount = -1 // no cap

@@ -27,6 +27,11 @@ type Config struct {
 	// Progress is how often a long backfill logs how far it is (default
 	// 30 s).
 	Progress time.Duration
+	// Turn, when set, makes the nodes sharing Store take turns at a
+	// costly feed's history (coinpulse.QuotedRollup): a node's turn
+	// lapses Turn after its last renewal (see turn.go). Zero: one node
+	// uses the store, and takes no turn.
+	Turn time.Duration
 }
 
 // HourlyWindow is how far back hourly history is kept.
@@ -75,6 +80,8 @@ type Engine struct {
 	// the state from time to time (see saveProgress), so that a start
 	// after a failure, a crash or a stop goes on from there.
 	pending map[string]bool
+	// node names this engine in turns at the feed's history.
+	node string
 }
 
 // New returns an engine; call Load, then Run.
@@ -94,7 +101,7 @@ func New(cfg Config) *Engine {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	e := &Engine{cfg: cfg, coins: map[string]*coinState{}}
+	e := &Engine{cfg: cfg, coins: map[string]*coinState{}, node: newNode()}
 	if q, ok := cfg.Feed.(coinpulse.QuotedRollup); ok {
 		e.quotedRollup = q.RollupFromQuotes()
 	}
@@ -157,15 +164,27 @@ func (e *Engine) fingerprint() string {
 
 // Load restores the saved state (or backfills history from the feed on a
 // first start), fills any gap since the last run, takes the first quotes
-// and publishes the first snapshot.
+// and publishes the first snapshot. With Config.Turn, another node's
+// backfill of a costly feed is waited for, and its work loaded.
 func (e *Engine) Load(ctx context.Context) error {
 	start := time.Now()
+	for {
+		again, err := e.load(ctx, start)
+		if !again {
+			return err
+		}
+	}
+}
+
+// load is one attempt of Load: again when another node was at the feed's
+// history meanwhile, and what it stored is to be loaded.
+func (e *Engine) load(ctx context.Context, start time.Time) (again bool, err error) {
 	// A Load that failed part way is run again from the start.
 	e.order, e.coins = e.order[:0], map[string]*coinState{}
 	now := e.aligned(e.cfg.Clock())
 	universe, err := e.cfg.Feed.Universe(ctx)
 	if err != nil {
-		return fmt.Errorf("feed universe: %w", err)
+		return false, fmt.Errorf("feed universe: %w", err)
 	}
 	saved := e.loadState(ctx)
 	var missing []coinpulse.CoinInfo
@@ -192,6 +211,13 @@ func (e *Engine) Load(ctx context.Context) error {
 		e.warming = true
 		defer func() { e.warming = false }()
 		e.warm(ctx)
+		if e.cfg.Turn > 0 {
+			release, waited, err := e.historyTurn(ctx)
+			if err != nil || waited {
+				return waited, err
+			}
+			defer release()
+		}
 	}
 	if len(e.coins) > len(missing) && e.lastHour.Before(hour) {
 		// Fill the gap since the last run for the coins we know (the
@@ -203,7 +229,7 @@ func (e *Engine) Load(ctx context.Context) error {
 			}
 		}
 		if err := e.backfill(ctx, known, e.lastHour.Add(time.Hour), e.lastDay.Add(24*time.Hour), now); err != nil {
-			return err
+			return false, err
 		}
 	}
 	if len(missing) > 0 {
@@ -215,7 +241,7 @@ func (e *Engine) Load(ctx context.Context) error {
 		// already, and stays so.
 		if len(saved.Coins) == 0 {
 			if err := e.cfg.Store.PutKV(ctx, historyKey, []byte("incomplete")); err != nil {
-				return fmt.Errorf("record the history's feed: %w", err)
+				return false, fmt.Errorf("record the history's feed: %w", err)
 			}
 		}
 		// The known coins' history is whole up to now (the gap is filled
@@ -230,7 +256,7 @@ func (e *Engine) Load(ctx context.Context) error {
 		err := e.backfill(ctx, missing, now.Add(-HourlyWindow-time.Hour), time.Time{}, now)
 		e.pending = nil
 		if err != nil {
-			return err
+			return false, err
 		}
 	}
 	e.lastHour, e.lastDay = hour, day
@@ -250,32 +276,32 @@ func (e *Engine) Load(ctx context.Context) error {
 				all = append(all, e.coins[id].Info)
 			}
 			if err := e.backfill(ctx, all, e.lastHour.Add(time.Hour), e.lastDay.Add(24*time.Hour), h); err != nil {
-				return err
+				return false, err
 			}
 			e.lastHour, e.lastDay = h, h.Truncate(24*time.Hour)
 		}
 	}
 	e.warming = false
 	if err := e.quote(ctx, now); err != nil {
-		return err
+		return false, err
 	}
 	// Save before publishing: once the first snapshot is out the server
 	// reports ready, and a shutdown from then on must find the state saved.
 	// A warm start within the hour it stopped in has nothing new to save.
 	if filled {
 		if err := e.saveState(ctx); err != nil {
-			return err
+			return false, err
 		}
 	}
 	if len(missing) > 0 {
 		if err := e.cfg.Store.PutKV(ctx, historyKey, []byte(e.fingerprint())); err != nil {
-			return fmt.Errorf("record the history's feed: %w", err)
+			return false, fmt.Errorf("record the history's feed: %w", err)
 		}
 	}
 	e.publish(now)
 	e.cfg.Log.Info("market data ready", "feed", e.cfg.Feed.Name(), "simulated", e.cfg.Feed.Simulated(),
 		"coins", len(e.coins), "backfilled", len(missing), "took", time.Since(start).Round(time.Millisecond))
-	return nil
+	return false, nil
 }
 
 // warm publishes the feed's quotes of the present while Load backfills

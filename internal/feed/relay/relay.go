@@ -10,11 +10,11 @@
 // started another day, with another CoinGecko top list, serves the same
 // coins, the node that chooses a set stores it, and a node that starts
 // within a day of the choice, or within a week while another node serves
-// it, serves it too (see Feed.Universe). serve relays only on PostgreSQL: a SQLite file has
-// one node.
-// History is not relayed: a node's first start backfills from the
-// upstream (a later node finds the saved state in the shared store and
-// starts warm).
+// it, serves it too (see Feed.Universe). serve relays only on
+// PostgreSQL: a SQLite file has one node.
+//
+// History is not relayed: the nodes take turns at it (the market
+// engine's Config.Turn), and a node loads what another stored.
 package relay
 
 import (
