@@ -377,7 +377,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		// The nodes sharing the database take each refresh's quotes from
 		// the upstream once, through it, and take turns at its history.
 		// (A SQLite file has one node.)
-		feed = relay.New(relay.Config{Feed: feed, KV: store, Log: log, Refresh: cfg.refresh})
+		host, _ := os.Hostname()
+		feed = relay.New(relay.Config{Feed: feed, KV: store, Log: log, Refresh: cfg.refresh, Host: host + "/" + ln.Addr().String()})
 		turn = 30 * time.Second
 	}
 

@@ -287,34 +287,39 @@ func (f *Feed) historyStart() time.Time {
 }
 
 // UniverseKey is the feed's fingerprint and its count of coins: nodes
-// asking for as many coins may serve one set (coinpulse.UniverseAdopter).
+// asking for as many coins may serve one set (coinpulse.UniverseAdopter),
+// each with the history it is set to fetch (HistoryDays).
 func (f *Feed) UniverseKey() string { return f.String() + ":coins=" + strconv.Itoa(f.coins) }
 
 // Adopt serves coins, a universe another node (or an earlier start) took
 // from CoinGecko, instead of taking one now (coinpulse.UniverseAdopter).
-// Their history begins where theirs did, or later if that is now further
-// back than this node may ask (a set taken on an earlier day). It refuses a set of more coins than
-// Config.Coins, or one with a coin this feed could not have chosen.
+// Their history begins where this node's would (HistoryDays back from
+// today), whatever the chooser's settings. It refuses, changing nothing,
+// a set of more coins than Config.Coins, or with a coin ParseMarkets
+// would have left out (an id, a symbol or a name it refuses, a supply
+// past what a figure can be).
 func (f *Feed) Adopt(coins []coinpulse.CoinInfo) ([]coinpulse.CoinInfo, error) {
 	if len(coins) == 0 || len(coins) > f.coins {
 		return nil, fmt.Errorf("coingecko: a universe of %d coins, not 1 to %d", len(coins), f.coins)
 	}
 	out := slices.Clone(coins)
 	seen := make(map[string]bool, len(coins))
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	start := f.historyStart()
 	for _, c := range out {
-		if !validID(c.ID) || seen[c.ID] || c.Name == "" || c.Symbol == "" {
-			return nil, fmt.Errorf("coingecko: a universe with coin %q, which CoinGecko's answers cannot hold", c.ID)
+		supply := c.CirculatingSupply
+		ok := validID(c.ID) && !seen[c.ID] && validText(c.Name, 200) && validText(c.Symbol, 64) &&
+			c.Symbol == strings.ToLower(c.Symbol) && c.Name == strings.TrimSpace(c.Name) && c.Symbol == strings.TrimSpace(c.Symbol) &&
+			amount(&supply) != nil && (c.TotalSupply == nil || amount(c.TotalSupply) != nil) && (c.MaxSupply == nil || amount(c.MaxSupply) != nil)
+		if !ok {
+			return nil, fmt.Errorf("coingecko: a universe with coin %q, which CoinGecko's answers cannot hold", upstream.Cut(c.ID, 40))
 		}
 		seen[c.ID] = true
-		start = maxTime(start, c.ListedAt)
 	}
-	f.listedAt = start
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.listedAt = f.historyStart()
 	f.universe = f.universe[:0]
 	for i := range out {
-		out[i].ListedAt = start
+		out[i].ListedAt = f.listedAt
 		f.universe = append(f.universe, out[i].ID)
 	}
 	return out, nil

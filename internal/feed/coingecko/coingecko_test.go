@@ -122,8 +122,9 @@ func TestUniverseAndQuotes(t *testing.T) {
 }
 
 // Adopt serves a set chosen before (by another node) without a call: its
-// quotes are those coins', its history begins no further back than this
-// node may ask; a set the feed could not have chosen is refused.
+// quotes are those coins', its history begins where this node's would,
+// whatever the chooser's; a set the feed could not have chosen is
+// refused.
 func TestAdopt(t *testing.T) {
 	coins := cgtest.Coins(20)
 	up := cgtest.Start(t, coins)
@@ -134,7 +135,8 @@ func TestAdopt(t *testing.T) {
 		t.Fatal(err)
 	}
 	set = append(set[1:], coinpulse.CoinInfo{ID: coins[9].ID, Symbol: coins[9].Symbol, Name: coins[9].Name, ListedAt: set[0].ListedAt})
-	set[0].ListedAt = set[0].ListedAt.AddDate(0, 0, -3) // chosen three days ago
+	set[0].ListedAt = set[0].ListedAt.AddDate(0, 0, -3)  // chosen three days ago
+	set[1].ListedAt = set[1].ListedAt.AddDate(0, 0, 300) // by a node fetching less history
 	f := newFeed(t, up, Config{Coins: 5})
 	if f.UniverseKey() != chooser.UniverseKey() || f.UniverseKey() == newFeed(t, up, Config{Coins: 6}).UniverseKey() {
 		t.Errorf("universe keys: %q, %q", f.UniverseKey(), chooser.UniverseKey())
@@ -165,7 +167,19 @@ func TestAdopt(t *testing.T) {
 	bad[2].ID = "Not/An/Id"
 	noName := slices.Clone(set)
 	noName[1].Name = ""
-	for name, s := range map[string][]coinpulse.CoinInfo{"none": nil, "six": six, "twice": twice, "bad id": bad, "no name": noName} {
+	control := slices.Clone(set)
+	control[1].Name = "evil\x1b[31m name"
+	upper := slices.Clone(set)
+	upper[2].Symbol = "UPPER"
+	huge, negative := 1e300, -5.0
+	bigSupply := slices.Clone(set)
+	bigSupply[0].CirculatingSupply = huge
+	bigTotal := slices.Clone(set)
+	bigTotal[0].TotalSupply = &huge
+	negMax := slices.Clone(set)
+	negMax[3].MaxSupply = &negative
+	for name, s := range map[string][]coinpulse.CoinInfo{"none": nil, "six": six, "twice": twice, "bad id": bad, "no name": noName,
+		"control character": control, "upper-case symbol": upper, "supply": bigSupply, "total supply": bigTotal, "max supply": negMax} {
 		if _, err := f.Adopt(s); err == nil {
 			t.Errorf("%s: adopted", name)
 		}

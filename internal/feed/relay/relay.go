@@ -9,8 +9,8 @@
 // fingerprint and a hash of the universe's ids (sorted). So that a node
 // started another day, with another CoinGecko top list, serves the same
 // coins, the node that chooses a set stores it, and a node that starts
-// within a day of the choice, or within a week while another node serves
-// it, serves it too (see Feed.Universe). serve relays only on
+// within a day of the choice, or while another node serves it, serves it
+// too (see Feed.Universe). serve relays only on
 // PostgreSQL: a SQLite file has one node.
 //
 // History is not relayed: the nodes take turns at it (the market
@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,6 +43,11 @@ type Config struct {
 	KV coinpulse.KVStore
 	// Node names this node in claims (default: random).
 	Node string
+	// Host, when set, names where the node runs (serve: its host name
+	// and address), the same across its restarts: Node is then Host, "#"
+	// and a random part, and the quotes of this node's run before a
+	// restart are not taken for another node's (see Universe).
+	Host string
 	// Wait is how long a claim holds without news from its node: past
 	// it, another node takes the refresh over (default 30 s). The node
 	// that holds a claim renews it every Wait/3 while it fetches, for
@@ -63,11 +69,7 @@ type Config struct {
 	// hours). Past it, a node that starts while none serves it chooses
 	// again.
 	Fresh time.Duration
-	// Stale is how long after it was chosen a coin set is served by the
-	// nodes that start at all (default 7 days): past it, the next node
-	// to start chooses again, whichever nodes serve it, so that the set
-	// follows the upstream's top list however the nodes restart.
-	Stale time.Duration
+
 	// Clock tells the time of claims (default time.Now).
 	Clock func() time.Time
 	// Log receives the relay's warnings (default slog.Default()).
@@ -94,11 +96,8 @@ var (
 	_ fmt.Stringer            = (*Feed)(nil)
 )
 
-// Config.Fresh's and Config.Stale's defaults.
-const (
-	DefaultFresh = 24 * time.Hour
-	DefaultStale = 7 * 24 * time.Hour
-)
+// DefaultFresh is Config.Fresh's default.
+const DefaultFresh = 24 * time.Hour
 
 // New wraps cfg.Feed.
 func New(cfg Config) *Feed {
@@ -106,6 +105,9 @@ func New(cfg Config) *Feed {
 		var b [6]byte
 		rand.Read(b[:])
 		cfg.Node = hex.EncodeToString(b[:])
+		if cfg.Host != "" {
+			cfg.Node = cfg.Host + "#" + cfg.Node
+		}
 	}
 	if cfg.Wait <= 0 {
 		cfg.Wait = 30 * time.Second
@@ -121,9 +123,6 @@ func New(cfg Config) *Feed {
 	}
 	if cfg.Fresh <= 0 {
 		cfg.Fresh = DefaultFresh
-	}
-	if cfg.Stale <= 0 {
-		cfg.Stale = DefaultStale
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
@@ -167,9 +166,9 @@ func (f *Feed) Markets() (int, bool) {
 // Universe is the coin set the node serves, which names the store keys
 // the nodes serving it share. An upstream whose set is a choice of the
 // moment (coinpulse.UniverseAdopter: CoinGecko's top list) serves the
-// set stored by the node that chose it, when it was chosen within Fresh,
-// or within Stale and another node serves it now; else the node chooses
-// one and stores it. See adopt.
+// set stored by the node that chose it, when it was chosen within Fresh
+// or another node serves it now; else the node chooses one and stores
+// it. See adopt.
 func (f *Feed) Universe(ctx context.Context) ([]coinpulse.CoinInfo, error) {
 	u, err := f.universe(ctx)
 	if err != nil {
@@ -201,9 +200,20 @@ func (f *Feed) keyOf(coins []coinpulse.CoinInfo) string {
 // chosen is a coin set as the node that chose it stored it, under
 // "relay:<universe key>:universe".
 type chosen struct {
-	At    int64                `json:"at"` // when, Unix milliseconds
-	Node  string               `json:"node"`
-	Coins []coinpulse.CoinInfo `json:"coins"`
+	At    int64        `json:"at"` // when, Unix milliseconds
+	Node  string       `json:"node"`
+	Coins []storedCoin `json:"coins"`
+}
+
+// storedCoin is a coin of a chosen set. (Where its history begins is
+// each node's own: see coinpulse.UniverseAdopter.)
+type storedCoin struct {
+	ID                string   `json:"id"`
+	Symbol            string   `json:"symbol"`
+	Name              string   `json:"name"`
+	CirculatingSupply float64  `json:"circulating_supply,omitempty"`
+	TotalSupply       *float64 `json:"total_supply,omitempty"`
+	MaxSupply         *float64 `json:"max_supply,omitempty"`
 }
 
 // universe returns the upstream's set, or the set another node chose.
@@ -225,9 +235,14 @@ func (f *Feed) universe(ctx context.Context) ([]coinpulse.CoinInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := json.Marshal(chosen{At: f.cfg.Clock().UnixMilli(), Node: f.cfg.Node, Coins: u})
+	c := chosen{At: f.cfg.Clock().UnixMilli(), Node: f.cfg.Node, Coins: make([]storedCoin, len(u))}
+	for i, x := range u {
+		c.Coins[i] = storedCoin{ID: x.ID, Symbol: x.Symbol, Name: x.Name, CirculatingSupply: x.CirculatingSupply, TotalSupply: x.TotalSupply, MaxSupply: x.MaxSupply}
+	}
+	b, err := json.Marshal(c)
 	if err != nil {
-		return nil, err
+		f.cfg.Log.Warn("relay: cannot store the coin set this node chose for the others", "err", err)
+		return u, nil
 	}
 	switch stored, err := f.swap(ctx, key, raw, b); {
 	case err != nil:
@@ -239,39 +254,79 @@ func (f *Feed) universe(ctx context.Context) ([]coinpulse.CoinInfo, error) {
 				return other, nil
 			}
 		}
+		f.cfg.Log.Warn("relay: another node stored a coin set at the same moment, which this node cannot serve; it serves its own")
 	}
 	return u, nil
 }
 
 // adopt returns the coin set stored as raw, adopted by the upstream, when
-// it is to be served: it was chosen within Fresh (a restart, or the
-// nodes of a deployment started one after another), or within Stale and
-// another node serves it now (its quotes are of the last two refreshes,
-// or 30 s more). Nil
-// when there is none, it is not to be served (the set is chosen again),
-// or the upstream refuses it.
+// it is to be served: it was chosen within Fresh (a restart, or the nodes
+// of a deployment started one after another), or another node serves it
+// now (it claimed or stored quotes of it in the last two refreshes and
+// 30 s; or the store could not say). Nil when there is none, it is not to
+// be served (the set is chosen again), or the upstream refuses it.
 func (f *Feed) adopt(ctx context.Context, ad coinpulse.UniverseAdopter, raw []byte) []coinpulse.CoinInfo {
 	var c chosen
 	if raw == nil || json.Unmarshal(raw, &c) != nil || len(c.Coins) == 0 {
 		return nil
 	}
-	now := f.cfg.Clock()
-	age := now.Sub(time.UnixMilli(c.At))
-	if age < -skew || age >= f.cfg.Stale {
-		return nil // a clock gone wrong, or a set to choose again
+	coins := make([]coinpulse.CoinInfo, len(c.Coins))
+	for i, x := range c.Coins {
+		coins[i] = coinpulse.CoinInfo{ID: x.ID, Symbol: x.Symbol, Name: x.Name, CirculatingSupply: x.CirculatingSupply, TotalSupply: x.TotalSupply, MaxSupply: x.MaxSupply}
 	}
-	rec, err := f.read(ctx, f.keyOf(c.Coins)+":quotes")
-	serving := err == nil && rec != nil && now.Sub(time.UnixMilli(rec.At)) < 2*f.cfg.Refresh+30*time.Second
-	if !serving && age >= f.cfg.Fresh {
+	// A set from a clock ahead of this one counts as just chosen, but
+	// for one further ahead than Fresh: a clock gone wrong.
+	age := max(f.cfg.Clock().Sub(time.UnixMilli(c.At)), 0)
+	if f.cfg.Clock().Sub(time.UnixMilli(c.At)) < -f.cfg.Fresh {
 		return nil
 	}
-	u, err := ad.Adopt(c.Coins)
+	served := false
+	if age >= f.cfg.Fresh {
+		served = f.served(ctx, f.keyOf(coins))
+		if !served {
+			return nil
+		}
+	}
+	u, err := ad.Adopt(coins)
 	if err != nil {
-		f.cfg.Log.Warn("relay: the coin set another node chose cannot be served here; this node chooses its own", "err", err)
+		f.cfg.Log.Warn("relay: the stored coin set cannot be served here; this node chooses its own", "err", err)
 		return nil
 	}
-	f.cfg.Log.Info("relay: serving the coin set chosen before", "coins", len(u), "chosen", time.UnixMilli(c.At).UTC(), "by", c.Node, "served_now", serving)
+	f.cfg.Log.Info("relay: serving the coin set chosen before", "coins", len(u), "chosen", time.UnixMilli(c.At).UTC(), "by", c.Node, "served_by_another_node", served)
 	return u
+}
+
+// served reports whether a node other than this one serves the coins
+// under key now: it claimed a refresh of them, or stored their quotes,
+// within the last two refreshes and 30 s. A store that cannot say counts
+// as served, so that a failed read never replaces the set the others
+// serve.
+func (f *Feed) served(ctx context.Context, key string) bool {
+	since := f.cfg.Clock().Add(-2*f.cfg.Refresh - 30*time.Second).UnixMilli()
+	raw, err := f.get(ctx, key+":claim")
+	if err != nil {
+		return true
+	}
+	var c claim
+	if raw != nil && json.Unmarshal(raw, &c) == nil && f.other(c.Node) && c.At > since {
+		return true
+	}
+	b, err := f.get(ctx, key+":quotes")
+	if err != nil {
+		return true
+	}
+	var rec record
+	return b != nil && json.Unmarshal(b, &rec) == nil && f.other(rec.Node) && rec.At > since
+}
+
+// other reports whether node is another node than this one, and not this
+// one's run before a restart (Config.Host).
+func (f *Feed) other(node string) bool {
+	if f.cfg.Host != "" {
+		host, _, _ := strings.Cut(node, "#")
+		return host != f.cfg.Host
+	}
+	return node != f.cfg.Node
 }
 
 // record is the quotes of one refresh instant, as stored.

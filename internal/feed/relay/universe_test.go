@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -106,7 +107,7 @@ func TestUniverseShared(t *testing.T) {
 	})
 
 	t.Run("neither", func(t *testing.T) {
-		clk.Advance(time.Minute) // the quotes are 2.5 minutes old: nobody serves the set
+		clk.Advance(2 * time.Minute) // the quotes are 3.5 minutes old: nobody serves the set
 		b := newChooser(t, drop)
 		_, ids := startNode(t, b, db, clk)
 		if b.choices.Load() != 1 || slices.Contains(ids, drop) {
@@ -155,26 +156,76 @@ func TestUniverseNotAdopter(t *testing.T) {
 	}
 }
 
-// A set a node serves is adopted for a week after its choice; then the
-// next node to start chooses again, though a node serves it.
-func TestUniverseStale(t *testing.T) {
+// A set another node serves is adopted however long ago it was chosen;
+// the quotes of this node's own run before a restart (the same node name)
+// do not count; a store that cannot say whether a node serves it counts
+// as one, so that a failed read never replaces the others' set.
+func TestUniverseServed(t *testing.T) {
 	db := openStore(t)
 	clk := &clock{}
 	clk.Set(t0)
-	na, first := startNode(t, newChooser(t, ""), db, clk)
-	drop := first[7]
-	for _, tc := range []struct {
-		after time.Duration
-		adopt bool
-	}{{DefaultStale - time.Hour, true}, {DefaultStale, false}} {
-		clk.Set(t0.Add(tc.after))
-		if _, err := na.Quotes(context.Background(), clk.Now().Truncate(time.Minute)); err != nil {
-			t.Fatal(err)
-		}
-		b := newChooser(t, drop)
-		_, ids := startNode(t, b, db, clk)
-		if adopted := b.choices.Load() == 0 && slices.Equal(ids, first); adopted != tc.adopt {
-			t.Errorf("%s after the choice, served: adopted %v, want %v", tc.after, adopted, tc.adopt)
-		}
+	na := New(Config{Feed: newChooser(t, ""), KV: db, Host: "h1/127.0.0.1:8080", Clock: clk.Now, Log: quiet})
+	u0, err := na.Universe(context.Background())
+	if err != nil {
+		t.Fatal(err)
 	}
+	first := ids(u0)
+	drop := first[7]
+	clk.Set(t0.Add(30 * 24 * time.Hour))
+	if _, err := na.Quotes(context.Background(), clk.Now().Truncate(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+
+	b := newChooser(t, drop)
+	if _, ids := startNode(t, b, db, clk); b.choices.Load() != 0 || !slices.Equal(ids, first) {
+		t.Errorf("30 days after the choice, served by another node: %d choices; want the set adopted", b.choices.Load())
+	}
+
+	// The same node, restarted (the same Host, another Node): its own
+	// quotes are not another node's.
+	again := newChooser(t, drop)
+	f := New(Config{Feed: again, KV: &hookKV{KVStore: db}, Host: "h1/127.0.0.1:8080", Clock: clk.Now, Log: quiet})
+	stored, err := f.Universe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.choices.Load() != 1 {
+		t.Errorf("restarted, with only its own quotes of the set: %d choices; want a choice of its own", again.choices.Load())
+	}
+
+	// A failed read of whether a node serves it: adopted, not replaced.
+	clk.Advance(time.Hour)
+	flaky := &hookKV{KVStore: db}
+	failing := errors.New("read timed out")
+	c := newChooser(t, "")
+	g := New(Config{Feed: c, KV: flakyGets{flaky, ":quotes", failing}, Clock: clk.Now, Log: quiet})
+	u, err := g.Universe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.choices.Load() != 0 || !slices.Equal(ids(u), ids(stored)) {
+		t.Errorf("a failed read: %d choices, the stored set %v; want the stored set adopted", c.choices.Load(), slices.Equal(ids(u), ids(stored)))
+	}
+}
+
+// flakyGets fails the reads of keys ending in suffix.
+type flakyGets struct {
+	coinpulse.KVStore
+	suffix string
+	err    error
+}
+
+func (k flakyGets) GetKV(ctx context.Context, key string) ([]byte, error) {
+	if strings.HasSuffix(key, k.suffix) {
+		return nil, k.err
+	}
+	return k.KVStore.GetKV(ctx, key)
+}
+
+func ids(u []coinpulse.CoinInfo) []string {
+	out := make([]string, len(u))
+	for i, c := range u {
+		out[i] = c.ID
+	}
+	return out
 }
