@@ -168,8 +168,8 @@ func (e *Engine) fingerprint() string {
 // backfill of a costly feed is waited for, and its work loaded.
 func (e *Engine) Load(ctx context.Context) error {
 	start := time.Now()
-	for {
-		again, err := e.load(ctx, start)
+	for waited := false; ; waited = true {
+		again, err := e.load(ctx, start, waited)
 		if !again {
 			return err
 		}
@@ -177,14 +177,26 @@ func (e *Engine) Load(ctx context.Context) error {
 }
 
 // load is one attempt of Load: again when another node was at the feed's
-// history meanwhile, and what it stored is to be loaded.
-func (e *Engine) load(ctx context.Context, start time.Time) (again bool, err error) {
+// history meanwhile, and what it stored is to be loaded; waited, when an
+// attempt before this one was.
+func (e *Engine) load(ctx context.Context, start time.Time, waited bool) (again bool, err error) {
 	// A Load that failed part way is run again from the start.
 	e.order, e.coins = e.order[:0], map[string]*coinState{}
 	now := e.aligned(e.cfg.Clock())
 	universe, err := e.cfg.Feed.Universe(ctx)
 	if err != nil {
 		return false, fmt.Errorf("feed universe: %w", err)
+	}
+	// The turn at the history as it is before the saved state is read:
+	// a turn that comes and goes meanwhile leaves a saved state to read
+	// again (see historyTurn).
+	turns := e.cfg.Turn > 0 && e.quotedRollup
+	var before []byte
+	if turns {
+		if before, err = e.readTurn(ctx); err != nil {
+			e.cfg.Log.Warn("cannot read whether another node is at the feed's history; this node goes on alone", "err", err)
+			turns = false
+		}
 	}
 	saved := e.loadState(ctx)
 	var missing []coinpulse.CoinInfo
@@ -198,8 +210,16 @@ func (e *Engine) load(ctx context.Context, start time.Time) (again bool, err err
 		}
 	}
 	e.lastHour, e.lastDay = saved.LastHour, saved.LastDay
-	hour, day := now.Truncate(time.Hour), now.Truncate(24*time.Hour)
+	hour := now.Truncate(time.Hour)
 	filled := len(missing) > 0 || e.lastHour.Before(hour)
+	// The history is filled up to fillTo: the present hour, but after
+	// waiting for another node's turn, when the hour turned since its
+	// save, the hour before it: the first quotes roll the last one up,
+	// as a late refresh's do, rather than a call a coin.
+	fillTo := hour
+	if waited && e.quotedRollup && e.lastHour.Equal(hour.Add(-time.Hour)) {
+		fillTo = e.lastHour
+	}
 	for _, info := range missing {
 		e.coins[info.ID] = newCoinState(info)
 	}
@@ -211,15 +231,26 @@ func (e *Engine) load(ctx context.Context, start time.Time) (again bool, err err
 		e.warming = true
 		defer func() { e.warming = false }()
 		e.warm(ctx)
-		if e.cfg.Turn > 0 {
-			release, waited, err := e.historyTurn(ctx)
-			if err != nil || waited {
-				return waited, err
+		if turns {
+			t, wait, terr := e.historyTurn(ctx, before)
+			if terr != nil || wait {
+				return wait, terr
 			}
-			defer release()
+			if t != nil {
+				defer t.release()
+				// The work runs under the turn: one lost stops it, and
+				// the node waits for the node that took it over.
+				outer := ctx
+				ctx = t.ctx
+				defer func() {
+					if err != nil && t.lost.Load() && outer.Err() == nil {
+						again, err = true, nil
+					}
+				}()
+			}
 		}
 	}
-	if len(e.coins) > len(missing) && e.lastHour.Before(hour) {
+	if len(e.coins) > len(missing) && e.lastHour.Before(fillTo) {
 		// Fill the gap since the last run for the coins we know (the
 		// saved state's; the missing ones are backfilled whole below).
 		var known []coinpulse.CoinInfo
@@ -244,9 +275,9 @@ func (e *Engine) load(ctx context.Context, start time.Time) (again bool, err err
 				return false, fmt.Errorf("record the history's feed: %w", err)
 			}
 		}
-		// The known coins' history is whole up to now (the gap is filled
-		// above): the progress saved says so.
-		e.lastHour, e.lastDay = hour, day
+		// The known coins' history is whole up to fillTo (the gap is
+		// filled above): the progress saved says so.
+		e.lastHour, e.lastDay = fillTo, fillTo.Truncate(24*time.Hour)
 		e.pending = make(map[string]bool, len(missing))
 		for _, info := range missing {
 			e.pending[info.ID] = true
@@ -259,7 +290,7 @@ func (e *Engine) load(ctx context.Context, start time.Time) (again bool, err err
 			return false, err
 		}
 	}
-	e.lastHour, e.lastDay = hour, day
+	e.lastHour, e.lastDay = fillTo, fillTo.Truncate(24*time.Hour)
 	if e.warmed {
 		// Snapshots of later instants are out: go on from the present.
 		// A backfill that took over an hour left hours behind it: fill

@@ -75,7 +75,7 @@ func TestEngineNodesTakeTurns(t *testing.T) {
 func TestEngineTurnOfADeadNode(t *testing.T) {
 	t.Parallel()
 	store := openStore(t, filepath.Join(t.TempDir(), "db"))
-	const lapse = 500 * time.Millisecond
+	const lapse = 2 * time.Second
 	dead, _ := json.Marshal(turn{Node: "dead", Since: time.Now().UnixMilli()})
 	feed := quotedFeed{newSpy(t, 1)}
 	e := turnEngine(feed, store, lapse)
@@ -89,7 +89,9 @@ func TestEngineTurnOfADeadNode(t *testing.T) {
 	if took := time.Since(began); took < lapse-50*time.Millisecond {
 		t.Errorf("loaded %s after a dead node's turn, want after it lapsed (%s)", took, lapse)
 	}
-	if n := fullBackfills(feed.spyFeed, start); n != 1000 {
+	// (A few more when a slow store made it lose its own turn for a
+	// moment, and do the coins in flight again.)
+	if n := fullBackfills(feed.spyFeed, start); n < 1000 {
 		t.Errorf("%d coins backfilled, want 1000", n)
 	}
 
