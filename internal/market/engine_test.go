@@ -61,10 +61,15 @@ type spyFeed struct {
 	// symbols, when set, are the symbols Universe reports instead of the
 	// feed's, by coin id: a build of sim that named coins otherwise.
 	symbols map[string]string
+	// only, when set, keeps the universe to its first only coins.
+	only int
 }
 
 func (s *spyFeed) Universe(ctx context.Context) ([]coinpulse.CoinInfo, error) {
 	u, err := s.Feed.Universe(ctx)
+	if s.only > 0 && len(u) > s.only {
+		u = u[:s.only]
+	}
 	for i := range u {
 		if sym, ok := s.symbols[u[i].ID]; ok {
 			u[i].Symbol = sym

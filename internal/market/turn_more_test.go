@@ -34,12 +34,12 @@ func (g gateFeed) Quotes(ctx context.Context, now time.Time) ([]coinpulse.Quote,
 // than backfill everything again from what it read (a review's case).
 func TestEngineTurnThatCameAndWent(t *testing.T) {
 	store := openStore(t, filepath.Join(t.TempDir(), "db"))
-	bf := gateFeed{quotedFeed{newSpy(t, 1)}, &sync.Once{}, make(chan struct{}), make(chan struct{})}
+	bf := gateFeed{quotedFeed{smallSpy(t)}, &sync.Once{}, make(chan struct{}), make(chan struct{})}
 	b := turnEngine(bf, store, 10*time.Second)
 	bDone := make(chan error, 1)
 	go func() { bDone <- b.Load(context.Background()) }()
 	<-bf.entered // B has read the state, and warms
-	af := quotedFeed{newSpy(t, 1)}
+	af := quotedFeed{smallSpy(t)}
 	if err := turnEngine(af, store, 10*time.Second).Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -81,14 +81,14 @@ func (s *turnFaultStore) GetKV(ctx context.Context, key string) ([]byte, error) 
 // alone while the other node holds the turn (a review's case).
 func TestEngineTurnReadFailsWhileWaiting(t *testing.T) {
 	store := openStore(t, filepath.Join(t.TempDir(), "db"))
-	af := blockedFeed{quotedFeed{newSpy(t, 1)}, make(chan struct{})}
+	af := blockedFeed{quotedFeed{smallSpy(t)}, make(chan struct{})}
 	a := turnEngine(af, store, 10*time.Second)
 	aDone := make(chan error, 1)
 	go func() { aDone <- a.Load(context.Background()) }()
 	defer func() { close(af.release); <-aDone }()
 	waitFor(t, "A's turn", func() bool { return holds(store, a) })
 	fs := &turnFaultStore{Store: store, key: a.turnKey()}
-	bf := quotedFeed{newSpy(t, 1)}
+	bf := quotedFeed{smallSpy(t)}
 	b := turnEngine(bf, fs, 10*time.Second)
 	bDone := make(chan error, 1)
 	go func() { bDone <- b.Load(context.Background()) }()
@@ -108,7 +108,7 @@ func TestEngineTurnReadFailsWhileWaiting(t *testing.T) {
 func TestEngineTurnLost(t *testing.T) {
 	store := openStore(t, filepath.Join(t.TempDir(), "db"))
 	const lapse = 600 * time.Millisecond
-	af := blockedFeed{quotedFeed{newSpy(t, 1)}, make(chan struct{})}
+	af := blockedFeed{quotedFeed{smallSpy(t)}, make(chan struct{})}
 	fs := &turnFaultStore{Store: store}
 	a := turnEngine(af, fs, lapse)
 	fs.key = a.turnKey()
@@ -116,8 +116,10 @@ func TestEngineTurnLost(t *testing.T) {
 	go func() { aDone <- a.Load(context.Background()) }()
 	waitFor(t, "A's turn", func() bool { return holds(store, a) })
 	fs.stall.Store(true) // A's renewals' reads now take 2 s
-	bf := quotedFeed{newSpy(t, 1)}
-	if err := turnEngine(bf, store, lapse).Load(context.Background()); err != nil {
+	bf := quotedFeed{smallSpy(t)}
+	// (The other node's own turn lapses later: under the race detector
+	// its renewals can be slow too.)
+	if err := turnEngine(bf, store, 5*lapse).Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	fs.stall.Store(false)
@@ -136,13 +138,13 @@ func TestEngineTurnLost(t *testing.T) {
 // History call a coin (a review's case).
 func TestEngineTurnHourTurnsWhileWaiting(t *testing.T) {
 	store := openStore(t, filepath.Join(t.TempDir(), "db"))
-	af := blockedFeed{quotedFeed{newSpy(t, 1)}, make(chan struct{})}
+	af := blockedFeed{quotedFeed{smallSpy(t)}, make(chan struct{})}
 	a := turnEngine(af, store, 10*time.Second)
 	aDone := make(chan error, 1)
 	go func() { aDone <- a.Load(context.Background()) }()
 	waitFor(t, "A's turn", func() bool { return holds(store, a) })
 	clock := &fakeClock{t: start}
-	bf := quotedFeed{newSpy(t, 1)}
+	bf := quotedFeed{smallSpy(t)}
 	b := New(Config{Feed: bf, Store: store, Clock: clock.Now, Turn: 10 * time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Refresh: 50 * time.Millisecond})
 	bDone := make(chan error, 1)
 	go func() { bDone <- b.Load(context.Background()) }()

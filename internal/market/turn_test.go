@@ -25,7 +25,7 @@ func turnEngine(feed coinpulse.Feed, store coinpulse.Store, lapse time.Duration)
 func TestEngineNodesTakeTurns(t *testing.T) {
 	t.Parallel()
 	store := openStore(t, filepath.Join(t.TempDir(), "db"))
-	first := blockedFeed{quotedFeed{newSpy(t, 1)}, make(chan struct{})}
+	first := blockedFeed{quotedFeed{smallSpy(t)}, make(chan struct{})}
 	a := turnEngine(first, store, 10*time.Second)
 	aDone := make(chan error, 1)
 	go func() { aDone <- a.Load(context.Background()) }()
@@ -35,7 +35,7 @@ func TestEngineNodesTakeTurns(t *testing.T) {
 		return err == nil && json.Unmarshal(raw, &tn) == nil && tn.Node == a.node
 	})
 
-	second := quotedFeed{newSpy(t, 1)}
+	second := quotedFeed{smallSpy(t)}
 	b := turnEngine(second, store, 10*time.Second)
 	bDone := make(chan error, 1)
 	go func() { bDone <- b.Load(context.Background()) }()
@@ -60,7 +60,7 @@ func TestEngineNodesTakeTurns(t *testing.T) {
 	if calls := second.take(); len(calls) != 0 {
 		t.Errorf("the second node made %d History calls, want none", len(calls))
 	}
-	if s := b.Current(); s == nil || s.Backfilling || s.Len() != 1000 || lookup(t, s, "bitcoin").PriceChangePercentage24h == nil {
+	if s := b.Current(); s == nil || s.Backfilling || s.Len() != smallCoins || lookup(t, s, "bitcoin").PriceChangePercentage24h == nil {
 		t.Errorf("the second node after loading: %+v", s)
 	}
 	raw, _ := store.GetKV(context.Background(), a.turnKey())
@@ -77,7 +77,7 @@ func TestEngineTurnOfADeadNode(t *testing.T) {
 	store := openStore(t, filepath.Join(t.TempDir(), "db"))
 	const lapse = 2 * time.Second
 	dead, _ := json.Marshal(turn{Node: "dead", Since: time.Now().UnixMilli()})
-	feed := quotedFeed{newSpy(t, 1)}
+	feed := quotedFeed{smallSpy(t)}
 	e := turnEngine(feed, store, lapse)
 	if err := store.PutKV(context.Background(), e.turnKey(), dead); err != nil {
 		t.Fatal(err)
@@ -91,13 +91,13 @@ func TestEngineTurnOfADeadNode(t *testing.T) {
 	}
 	// (A few more when a slow store made it lose its own turn for a
 	// moment, and do the coins in flight again.)
-	if n := fullBackfills(feed.spyFeed, start); n < 1000 {
-		t.Errorf("%d coins backfilled, want 1000", n)
+	if n := fullBackfills(feed.spyFeed, start); n < smallCoins {
+		t.Errorf("%d coins backfilled, want %d", n, smallCoins)
 	}
 
 	// A node stopped at its turn gives it up: the next does not wait.
 	store2 := openStore(t, filepath.Join(t.TempDir(), "db"))
-	blocked := blockedFeed{quotedFeed{newSpy(t, 1)}, make(chan struct{})}
+	blocked := blockedFeed{quotedFeed{smallSpy(t)}, make(chan struct{})}
 	stopped := turnEngine(blocked, store2, time.Minute)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -112,12 +112,23 @@ func TestEngineTurnOfADeadNode(t *testing.T) {
 		t.Fatal("a stopped Load did not fail")
 	}
 	began = time.Now()
-	if err := turnEngine(quotedFeed{newSpy(t, 1)}, store2, time.Minute).Load(context.Background()); err != nil {
+	if err := turnEngine(quotedFeed{smallSpy(t)}, store2, time.Minute).Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if took := time.Since(began); took > 30*time.Second {
 		t.Errorf("loaded %s after a stopped node's turn, want at once", took)
 	}
+}
+
+// smallCoins is the universe of the turn tests' feeds: they backfill it
+// many times over.
+const smallCoins = 100
+
+// smallSpy is a spy of sim seed 1 serving its first smallCoins coins.
+func smallSpy(t testing.TB) *spyFeed {
+	s := newSpy(t, 1)
+	s.only = smallCoins
+	return s
 }
 
 // waitFor polls cond for 10 s at most.
