@@ -366,7 +366,11 @@ func (e *Engine) loadState(ctx context.Context) savedState {
 	if err != nil {
 		if !coinpulse.IsNotFound(err) {
 			e.cfg.Log.Warn("market state unreadable; backfilling", "err", err)
-		} else if by, err := e.cfg.Store.GetKV(ctx, historyKey); err == nil && string(by) != e.fingerprint() {
+		} else if by, err := e.cfg.Store.GetKV(ctx, historyKey); err == nil && string(by) == "incomplete" {
+			// A first backfill under way on another node (whose turn
+			// this node then waits for), or one cut short.
+			e.cfg.Log.Info("stored history is incomplete: a first backfill is under way or was cut short", "feed", e.fingerprint())
+		} else if err == nil && string(by) != e.fingerprint() {
 			// This feed's first start on a database another has played:
 			// the backfill replaces its points.
 			e.cfg.Log.Info("stored history is another feed's; backfilling", "stored_by", string(by), "feed", e.fingerprint())

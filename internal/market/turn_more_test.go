@@ -98,7 +98,7 @@ func TestEngineTurnReadFailsWhileWaiting(t *testing.T) {
 	select {
 	case <-bDone:
 		t.Errorf("B loaded (%d History calls) while A held the turn, after one failed read", len(bf.take()))
-	case <-time.After(5 * time.Second):
+	case <-time.After(2 * time.Second):
 	}
 }
 
