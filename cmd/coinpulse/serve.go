@@ -95,7 +95,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.Int64Var(&c.seed, "seed", 1, "seed of the simulated feed")
 	fs.IntVar(&c.simCoins, "sim-coins", sim.MinCoins, "size of the simulated universe (real coins topped up with synthetic sim- coins; 1000 to 100000)")
 	fs.Int64Var(&c.maxBody, "max-body", 64<<10, "largest request body in bytes")
-	fs.IntVar(&c.wsMaxPerAccount, "ws-max-per-account", api.DefaultMaxStreamsPerAccount, "WebSocket connections an account may hold open: on this node, or on every node sharing --redis (0: no cap)")
+	fs.IntVar(&c.wsMaxPerAccount, "ws-max-per-account", api.DefaultMaxStreamsPerAccount, "WebSocket connections an account may hold open: on every node sharing --redis (limits on), else on this node (0: no cap)")
 	fs.Float64Var(&c.minMoverVolume, "min-mover-volume", 50_000, "24 h volume floor (USD) for top movers")
 	fs.DurationVar(&c.writeTimeout, "write-timeout", api.DefaultWriteTimeout, "longest a client may take to take in an answer's first part, and each further 64 KiB of it, before it is cut off")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long graceful shutdown waits for in-flight requests")
