@@ -1230,14 +1230,15 @@ func TestEngineBackfillProgress(t *testing.T) {
 	t.Parallel()
 	var log testlog.Buffer
 	clock := &fakeClock{t: start}
-	feed := quotedFeed{newSpy(t, 1)}
+	// (100 coins: a progress every coin saves the state every coin.)
+	feed := quotedFeed{smallSpy(t)}
 	e := New(Config{Feed: feed, Store: openStore(t, filepath.Join(t.TempDir(), "db")), Clock: clock.Now,
 		Log: slog.New(slog.NewTextHandler(&log, nil)), Refresh: time.Millisecond, Progress: time.Nanosecond})
 	if err := e.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	out := log.String()
-	if !strings.Contains(out, "coins_done=1 coins=1000") || !strings.Contains(out, "coins_done=1000 coins=1000") || !strings.Contains(out, "left=0s") {
+	if !strings.Contains(out, "coins_done=1 coins=100") || !strings.Contains(out, "coins_done=100 coins=100") || !strings.Contains(out, "left=0s") {
 		t.Errorf("no progress:\n%.2000s", out)
 	}
 }
