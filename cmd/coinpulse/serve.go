@@ -696,11 +696,12 @@ var withBenchHeaders func(http.Handler, *slog.Logger) http.Handler
 
 // newLimiter returns the limiter cfg asks for: Redis when --redis is set,
 // else in-process; with Redis, the WebSocket connections are capped
-// across the nodes in it too (nil slots: each node caps its own). Either seeds a month's count from the store, so that a
-// restart resets nobody's allowance: from the calls the meters counted
-// admitted to the plan, which include those still being answered, or the
-// metered calls if more (in a month when nodes of a build that did not
-// count admissions served too).
+// across the nodes in it too (nil slots: each node caps its own). Either
+// seeds a month's count from the store, so that a restart resets
+// nobody's allowance: from the calls the meters counted admitted to the
+// plan, which include those still being answered, or the metered calls
+// if more (in a month when nodes of a build that did not count
+// admissions served too).
 func newLimiter(ctx context.Context, cfg serveConfig, store coinpulse.Store, log *slog.Logger) (coinpulse.Limiter, coinpulse.Slots, func(), error) {
 	user := func(account string) (int64, bool) {
 		id, err := strconv.ParseInt(strings.TrimPrefix(account, "u"), 10, 64)
