@@ -6,10 +6,12 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"coinpulse"
+	"coinpulse/internal/testlog"
 )
 
 // turnEngine is an engine over feed and store that takes turns at the
@@ -37,6 +39,8 @@ func TestEngineNodesTakeTurns(t *testing.T) {
 
 	second := quotedFeed{smallSpy(t)}
 	b := turnEngine(second, store, 10*time.Second)
+	var bLog testlog.Buffer
+	b.cfg.Log = slog.New(slog.NewTextHandler(&bLog, nil))
 	bDone := make(chan error, 1)
 	go func() { bDone <- b.Load(context.Background()) }()
 	waitFor(t, "the second node's quotes while it waits", func() bool { s := b.Current(); return s != nil && s.Backfilling })
@@ -59,6 +63,10 @@ func TestEngineNodesTakeTurns(t *testing.T) {
 	}
 	if calls := second.take(); len(calls) != 0 {
 		t.Errorf("the second node made %d History calls, want none", len(calls))
+	}
+	if out := bLog.String(); !strings.Contains(out, "a first backfill is under way") || strings.Contains(out, "another feed's") ||
+		!strings.Contains(out, "another node is at this feed's history") {
+		t.Errorf("the second node's log:\n%s", out)
 	}
 	if s := b.Current(); s == nil || s.Backfilling || s.Len() != smallCoins || lookup(t, s, "bitcoin").PriceChangePercentage24h == nil {
 		t.Errorf("the second node after loading: %+v", s)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -516,55 +514,6 @@ func monthCounts(t *testing.T, lim *Redis, account string, limits coinpulse.Limi
 	return got
 }
 
-// lossyProxy forwards TCP to Redis; once drop is set, it lets the next
-// command through, swallows Redis's reply and closes the connection: a
-// reply lost on the network after Redis ran the command.
-type lossyProxy struct {
-	ln   net.Listener
-	drop atomic.Bool
-}
-
-func newLossyProxy(t *testing.T, target string) *lossyProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &lossyProxy{ln: ln}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			client, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			server, err := net.Dial("tcp", target)
-			if err != nil {
-				client.Close()
-				continue
-			}
-			go func() { io.Copy(server, client); server.Close() }()
-			go func() {
-				defer client.Close()
-				defer server.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := server.Read(buf)
-					if err != nil {
-						return
-					}
-					if p.drop.CompareAndSwap(true, false) {
-						return // the reply read, never delivered
-					}
-					if _, err := client.Write(buf[:n]); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	return p
-}
-
 // A reply lost after Redis ran the script fails the check (a 503 for the
 // call) rather than running the script again: a retry would count the
 // call twice (ClientOptions' MaxRetries -1).
@@ -573,7 +522,7 @@ func TestRedisLostReplyIsNotRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := newLossyProxy(t, opt.Addr)
+	proxy := newFaultProxy(t, opt.Addr, nil)
 	opt.Addr = proxy.ln.Addr().String()
 	c := redis.NewClient(opt)
 	defer c.Close()
@@ -584,7 +533,7 @@ func TestRedisLostReplyIsNotRetried(t *testing.T) {
 	if v, err := lim.Allow(context.Background(), "a", limits); err != nil || !v.Allowed {
 		t.Fatalf("first call: %+v, %v", v, err)
 	}
-	proxy.drop.Store(true)
+	proxy.dropReply.Store(true)
 	if _, err := lim.Allow(context.Background(), "a", limits); err == nil {
 		t.Error("the call whose reply was lost was answered")
 	}
@@ -609,7 +558,7 @@ func TestRedisLostReplyIsNotRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	v = coinpulse.Verdict{}
-	proxy.drop.Store(true)
+	proxy.dropReply.Store(true)
 	if err := lim.Refund(context.Background(), "a", limits, adm[1]); err == nil {
 		t.Error("the refund whose reply was lost succeeded")
 	}

@@ -3,96 +3,12 @@ package ratelimit
 import (
 	"bytes"
 	"context"
-	"net"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
-
-// stallProxy forwards TCP to Redis. hold, when it returns > 0 for a chunk
-// the client sends, holds that chunk (and what follows on its connection)
-// that long before forwarding it, as a stalled TCP connection would;
-// swallow drops everything clients send from then on (a Redis that stopped
-// answering: a partition, a paused VM).
-type stallProxy struct {
-	ln      net.Listener
-	target  string
-	hold    func([]byte) time.Duration
-	swallow atomic.Bool
-}
-
-func newStallProxy(t *testing.T, target string, hold func([]byte) time.Duration) *stallProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &stallProxy{ln: ln, target: target, hold: hold}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go p.serve(c)
-		}
-	}()
-	return p
-}
-
-func (p *stallProxy) serve(c net.Conn) {
-	up, err := net.Dial("tcp", p.target)
-	if err != nil {
-		c.Close()
-		return
-	}
-	go func() { // replies
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := up.Read(buf)
-			if n > 0 {
-				c.Write(buf[:n])
-			}
-			if err != nil {
-				c.Close()
-				return
-			}
-		}
-	}()
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := c.Read(buf)
-		if n > 0 && !p.swallow.Load() {
-			chunk := append([]byte(nil), buf[:n]...)
-			if p.hold != nil {
-				if d := p.hold(chunk); d > 0 {
-					time.Sleep(d)
-				}
-			}
-			up.Write(chunk)
-		}
-		if err != nil {
-			time.Sleep(500 * time.Millisecond) // let Redis run what it was sent
-			up.Close()
-			return
-		}
-	}
-}
-
-func (p *stallProxy) client(t *testing.T) *redis.Client {
-	opt, err := ClientOptions("redis://" + p.ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	real, _ := ClientOptions(RedisURL(t))
-	opt.DB = real.DB
-	c := redis.NewClient(opt)
-	t.Cleanup(func() { c.Close() })
-	return c
-}
 
 // A renewal that Redis applies after the node gave up waiting for it (its
 // 2 s) adds back a slot given back meanwhile: the account is refused a
@@ -102,7 +18,7 @@ func TestRedisSlotsLateRenewal(t *testing.T) {
 	loadScripts(t, direct) // so that the stalled script is run, not refused
 	stalled := make(chan struct{}, 1)
 	var once sync.Once
-	p := newStallProxy(t, direct.Options().Addr, func(b []byte) time.Duration {
+	p := newFaultProxy(t, direct.Options().Addr, func(b []byte) time.Duration {
 		d := time.Duration(0)
 		if bytes.Contains(b, []byte(renewSlotsScript.Hash())) || bytes.Contains(b, []byte("for i = 3, #ARGV")) { // the renewal script
 			once.Do(func() { d = slotTimeout + 500*time.Millisecond; stalled <- struct{}{} })
@@ -136,7 +52,7 @@ func TestRedisSlotsLateRenewal(t *testing.T) {
 // in the renewal goroutine; Close waits for all of that, without a bound.
 func TestRedisSlotsCloseWithRedisStalled(t *testing.T) {
 	direct := newTestClient(t)
-	p := newStallProxy(t, direct.Options().Addr, nil)
+	p := newFaultProxy(t, direct.Options().Addr, nil)
 	const lease = 3 * time.Second // a renewal every second
 	s := NewRedisSlots(p.client(t), SlotsConfig{Prefix: testPrefix(t), Lease: lease, Log: testLog(t)})
 	const n = 6
@@ -170,7 +86,7 @@ func TestRedisSlotsLateTake(t *testing.T) {
 	direct := newTestClient(t)
 	loadScripts(t, direct) // so that the stalled script is run, not refused
 	var once sync.Once
-	p := newStallProxy(t, direct.Options().Addr, func(b []byte) time.Duration {
+	p := newFaultProxy(t, direct.Options().Addr, func(b []byte) time.Duration {
 		d := time.Duration(0)
 		if bytes.Contains(b, []byte(takeSlotScript.Hash())) || bytes.Contains(b, []byte("ZCARD")) { // the take script
 			once.Do(func() { d = slotTimeout + 500*time.Millisecond })

@@ -18,6 +18,7 @@ import (
 	"coinpulse"
 	"coinpulse/internal/feed/sim"
 	"coinpulse/internal/sqlite"
+	"coinpulse/internal/testlog"
 )
 
 // upstream stands in for a live feed: the simulation, counting its quote
@@ -370,5 +371,23 @@ func TestRecords(t *testing.T) {
 	}
 	if a.String() != up.String() || a.Name() != "sim" || !a.Simulated() || a.RollupFromQuotes() {
 		t.Errorf("the upstream's identity: %s %s %v %v", a.String(), a.Name(), a.Simulated(), a.RollupFromQuotes())
+	}
+}
+
+// A node that reads its own stored quotes again (one instant asked for
+// twice) does not count or log them as relayed from another node.
+func TestOwnQuotesAreNotRelayed(t *testing.T) {
+	var log testlog.Buffer
+	f := New(Config{Feed: newUpstream(t), KV: openStore(t), Poll: 5 * time.Millisecond, Log: slog.New(slog.NewTextHandler(&log, nil))})
+	if _, err := f.Universe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := f.Quotes(context.Background(), t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f.fetched != 1 || f.relayed != 0 || strings.Contains(log.String(), "relayed from another node") {
+		t.Errorf("fetched %d, relayed %d; log:\n%s", f.fetched, f.relayed, log.String())
 	}
 }
