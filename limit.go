@@ -101,7 +101,8 @@ type Slots interface {
 	// Take takes one of the account's slots if it holds fewer than max
 	// (negative: no cap), and returns ok false, taking nothing, if it
 	// holds max. release gives the slot back; it may be called more than
-	// once. The error is the store's: nothing is taken.
+	// once. The error is the store's: nothing is held (a shared store
+	// gives back what a failed take may have taken).
 	Take(ctx context.Context, account int64, max int) (release func(), ok bool, err error)
 }
 
