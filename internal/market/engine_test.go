@@ -100,7 +100,18 @@ func newSpy(t testing.TB, seed int64) *spyFeed {
 	if err != nil {
 		t.Fatalf("sim.New(%d, 0): %v", seed, err)
 	}
-	return &spyFeed{Feed: f}
+	return &spyFeed{Feed: f, only: simCoins()}
+}
+
+// simCoins is the size of the engine tests' universe: sim's 1000 coins,
+// or its first 100 under -short. The race pass of .ci/run is -short: the
+// detector watches the same paths on a tenth of the coins, where the full
+// universe's backfills under it took five minutes of the run.
+func simCoins() int {
+	if testing.Short() {
+		return 100
+	}
+	return sim.MinCoins
 }
 
 // openStore opens the SQLite database at path, closed at the end of the
@@ -184,11 +195,12 @@ func makeTemplate() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	feed, err := sim.New(1, 0)
+	f, err := sim.New(1, 0)
 	if err != nil {
 		db.Close()
 		return "", err
 	}
+	feed := &spyFeed{Feed: f, only: simCoins()}
 	e := New(Config{Feed: feed, Store: db, Clock: func() time.Time { return start }, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err := e.Load(ctx); err != nil {
 		db.Close()
@@ -357,8 +369,8 @@ func TestEngineLoadAgainAfterAFailure(t *testing.T) {
 	if err := e.Load(context.Background()); err != nil {
 		t.Fatalf("Load again: %v", err)
 	}
-	if s := e.Current(); s == nil || s.Len() != 1000 || len(e.order) != 1000 || len(e.coins) != 1000 {
-		t.Fatalf("after the second Load: snapshot %v, %d coins in order, %d known; want 1000", s, len(e.order), len(e.coins))
+	if n, s := simCoins(), e.Current(); s == nil || s.Len() != n || len(e.order) != n || len(e.coins) != n {
+		t.Fatalf("after the second Load: snapshot %v, %d coins in order, %d known; want %d", s, len(e.order), len(e.coins), n)
 	}
 }
 
@@ -369,7 +381,7 @@ func TestEngineLoadBackfills(t *testing.T) {
 	if s == nil {
 		t.Fatal("Current() after Load = nil")
 	}
-	if got, want := s.Len(), 1000; got != want {
+	if got, want := s.Len(), simCoins(); got != want {
 		t.Errorf("snapshot has %d coins, want %d", got, want)
 	}
 	if !s.AsOf.Equal(start) || s.Feed != "sim" || !s.Simulated || s.MinMoverVolume != 50_000 {
@@ -394,8 +406,8 @@ func TestEngineLoadBackfills(t *testing.T) {
 			dailyFrom[c.id] = c.from
 		}
 	}
-	if len(hourlyFrom) != 1000 || len(dailyFrom) != 1000 {
-		t.Errorf("backfill asked hourly history of %d coins and daily of %d, want 1000 each", len(hourlyFrom), len(dailyFrom))
+	if n := simCoins(); len(hourlyFrom) != n || len(dailyFrom) != n {
+		t.Errorf("backfill asked hourly history of %d coins and daily of %d, want %d each", len(hourlyFrom), len(dailyFrom), n)
 	}
 	if got, want := hourlyFrom["bitcoin"], start.Add(-HourlyWindow-time.Hour); !got.Equal(want) {
 		t.Errorf("bitcoin hourly backfill from %v, want %v", got, want)
@@ -538,7 +550,7 @@ func TestEngineWarmStart(t *testing.T) {
 
 	t.Run("state carried over", func(t *testing.T) {
 		s := second.Current()
-		if s == nil || s.Len() != 1000 || !s.AsOf.Equal(later) {
+		if s == nil || s.Len() != simCoins() || !s.AsOf.Equal(later) {
 			t.Fatalf("Current() after warm start = %v", s)
 		}
 		btc := lookup(t, s, "bitcoin")
@@ -720,14 +732,16 @@ func TestEngineRetainsAtMostMaxRetained(t *testing.T) {
 // the feed. So a build of sim that changes symbols but no price path (an
 // audit: synthetic coins had real coins' tickers, sim-zecorxa zcash's zec)
 // keeps the fingerprint and the history, and shows the new symbols at once.
+// algorand stands in for sim-zecorxa: it is among the first 100 coins
+// of -short, and its market cap is below zcash's.
 func TestEngineWarmStartTakesSymbolsFromTheFeed(t *testing.T) {
 	t.Parallel()
 	store := openStore(t, loadedStore(t))
-	// The build before: sim-zecorxa's symbol was zec.
+	// The build before: algorand's symbol was zec.
 	old := newSpy(t, 1)
-	old.symbols = map[string]string{"sim-zecorxa": "zec"}
-	if got := lookup(t, loadEngine(t, old, store, &fakeClock{t: start}, 0).Current(), "zec"); len(got.Alternatives) != 1 || got.Alternatives[0].ID != "sim-zecorxa" {
-		t.Fatalf("before: zec = %s with alternatives %+v, want zcash with sim-zecorxa", got.ID, got.Alternatives)
+	old.symbols = map[string]string{"algorand": "zec"}
+	if got := lookup(t, loadEngine(t, old, store, &fakeClock{t: start}, 0).Current(), "zec"); len(got.Alternatives) != 1 || got.Alternatives[0].ID != "algorand" {
+		t.Fatalf("before: zec = %s with alternatives %+v, want zcash with algorand", got.ID, got.Alternatives)
 	}
 	if calls := old.take(); len(calls) != 0 {
 		t.Fatalf("the old build asked the feed for %d histories, want none", len(calls))
@@ -746,8 +760,8 @@ func TestEngineWarmStartTakesSymbolsFromTheFeed(t *testing.T) {
 	if got := lookup(t, s, "zec"); got.ID != "zcash" || len(got.Alternatives) != 0 {
 		t.Errorf("after: zec = %s with alternatives %+v, want zcash alone", got.ID, got.Alternatives)
 	}
-	if got := lookup(t, s, "sim-zecorxa"); got.Symbol == "zec" || got.PriceChangePercentage1y == nil {
-		t.Errorf("after: sim-zecorxa symbol %q, 1 y change %v; want a new symbol and its history kept", got.Symbol, got.PriceChangePercentage1y)
+	if got := lookup(t, s, "algorand"); got.Symbol != "algo" || got.PriceChangePercentage1y == nil {
+		t.Errorf("after: algorand symbol %q, 1 y change %v; want algo and its history kept", got.Symbol, got.PriceChangePercentage1y)
 	}
 }
 
@@ -766,8 +780,8 @@ func TestEngineOtherSeedBackfillsAgain(t *testing.T) {
 			hourly[c.id] = c.from
 		}
 	}
-	if len(hourly) != 1000 {
-		t.Errorf("seed 2 backfilled hourly history of %d coins, want all 1000", len(hourly))
+	if len(hourly) != simCoins() {
+		t.Errorf("seed 2 backfilled hourly history of %d coins, want all %d", len(hourly), simCoins())
 	}
 	if got, want := hourly["bitcoin"], later.Add(-HourlyWindow-time.Hour); !got.Equal(want) {
 		t.Errorf("seed 2 bitcoin hourly backfill from %v, want a full backfill from %v", got, want)
@@ -840,8 +854,8 @@ func TestEngineUpgradeToPeggedBackfills(t *testing.T) {
 			hourly[c.id] = c.from
 		}
 	}
-	if got, want := hourly["wrapped-bitcoin"], later.Add(-HourlyWindow-time.Hour); len(hourly) != 1000 || !got.Equal(want) {
-		t.Errorf("backfilled hourly history of %d coins, wrapped bitcoin's from %v; want all 1000 from %v", len(hourly), got, want)
+	if got, want := hourly["wrapped-bitcoin"], later.Add(-HourlyWindow-time.Hour); len(hourly) != simCoins() || !got.Equal(want) {
+		t.Errorf("backfilled hourly history of %d coins, wrapped bitcoin's from %v; want all %d from %v", len(hourly), got, simCoins(), want)
 	}
 	wbtcInfo, _ := e.Current().Lookup("wrapped-bitcoin")
 	for _, iv := range []coinpulse.Interval{coinpulse.Hourly, coinpulse.Daily} {
@@ -1067,8 +1081,8 @@ func TestEngineAnotherFeedsHistoryIsReplaced(t *testing.T) {
 	evenLater := later.Add(time.Hour)
 	feed := newSpy(t, 1)
 	sim := loadEngine(t, feed, store, &fakeClock{t: evenLater}, 0)
-	if backfilled := fullBackfills(feed, evenLater); backfilled != 1000 {
-		t.Errorf("sim after the other feed backfilled %d coins' hourly history in full, want all 1000", backfilled)
+	if backfilled := fullBackfills(feed, evenLater); backfilled != simCoins() {
+		t.Errorf("sim after the other feed backfilled %d coins' hourly history in full, want all %d", backfilled, simCoins())
 	}
 	stored = storedHistory(t, store, "bitcoin", coinpulse.Hourly, evenLater.Add(-24*time.Hour), evenLater)
 	samePoints(t, "bitcoin's hourly history after sim came back", feedHistory(t, feed.Feed, "bitcoin", coinpulse.Hourly, evenLater.Add(-24*time.Hour), evenLater), stored)
@@ -1117,15 +1131,15 @@ func TestEngineAnotherFeedsFailedBackfillIsReplaced(t *testing.T) {
 	t.Parallel()
 	store := openStore(t, loadedStore(t)) // sim seed 1, loaded at start
 	later := start.Add(2 * time.Hour)
-	other := &failingOther{otherFeed: otherFeed{newSpy(t, 1)}, failAt: 1200}
+	other := &failingOther{otherFeed: otherFeed{newSpy(t, 1)}, failAt: int32(simCoins()) * 6 / 5}
 	e := New(Config{Feed: other, Store: store, Clock: func() time.Time { return later }, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Refresh: time.Millisecond})
 	if err := e.Load(context.Background()); err == nil || !strings.Contains(err.Error(), "failing feed: down") {
 		t.Fatalf("Load with a feed failing part way: %v, want its error", err)
 	}
 	feed := newSpy(t, 1)
 	loadEngine(t, feed, store, &fakeClock{t: later}, 0)
-	if backfilled := fullBackfills(feed, later); backfilled != 1000 {
-		t.Errorf("sim after another feed's failed backfill backfilled %d coins in full, want all 1000", backfilled)
+	if backfilled := fullBackfills(feed, later); backfilled != simCoins() {
+		t.Errorf("sim after another feed's failed backfill backfilled %d coins in full, want all %d", backfilled, simCoins())
 	}
 	stored := storedHistory(t, store, "bitcoin", coinpulse.Hourly, later.Add(-24*time.Hour), later)
 	samePoints(t, "bitcoin's hourly history", feedHistory(t, feed.Feed, "bitcoin", coinpulse.Hourly, later.Add(-24*time.Hour), later), stored)
@@ -1274,7 +1288,7 @@ func TestEngineServesQuotesWhileBackfilling(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	s := e.Current()
-	if s == nil || !s.Backfilling || s.Len() != 1000 {
+	if s == nil || !s.Backfilling || s.Len() != simCoins() {
 		t.Fatalf("while backfilling: %+v", s)
 	}
 	if btc := lookup(t, s, "bitcoin"); btc.CurrentPrice <= 0 || btc.PriceChangePercentage24h != nil {
@@ -1314,8 +1328,9 @@ func gapFills(calls []historyCall, from time.Time) int {
 func TestEngineFailedBackfillGoesOn(t *testing.T) {
 	t.Parallel()
 	store := openStore(t, filepath.Join(t.TempDir(), "db"))
+	n := simCoins()
 	e := New(Config{
-		Feed: &flakyFeed{spyFeed: newSpy(t, 1), failAt: 1001}, Store: store, Clock: func() time.Time { return start },
+		Feed: &flakyFeed{spyFeed: newSpy(t, 1), failAt: n + 1}, Store: store, Clock: func() time.Time { return start },
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Refresh: time.Millisecond,
 	})
 	if err := e.Load(context.Background()); err == nil || !strings.Contains(err.Error(), "flaky feed") {
@@ -1331,14 +1346,15 @@ func TestEngineFailedBackfillGoesOn(t *testing.T) {
 			full++
 		}
 	}
-	// 1,000 calls succeeded: about 500 coins were whole when it failed.
-	if full+gap != 1000 || gap < 490 || full < 1 {
-		t.Errorf("the second start backfilled %d coins in full and filled the gap of %d; want about 500 each, 1,000 in all", full, gap)
+	// n calls succeeded (two a coin): about n/2 coins were whole when it
+	// failed.
+	if full+gap != n || gap < n/2-10 || full < 1 {
+		t.Errorf("the second start backfilled %d coins in full and filled the gap of %d; want about %d each, %d in all", full, gap, n/2, n)
 	}
-	if s := e.Current(); s == nil || s.Len() != 1000 {
+	if s := e.Current(); s == nil || s.Len() != n {
 		t.Fatalf("after the second start: %v", s)
 	}
-	for _, id := range []string{e.order[0], e.order[500], e.order[999]} {
+	for _, id := range []string{e.order[0], e.order[n/2], e.order[n-1]} {
 		samePoints(t, id+"'s hourly history", feedHistory(t, feed.Feed, id, coinpulse.Hourly, later.Add(-26*time.Hour), later),
 			storedHistory(t, store, id, coinpulse.Hourly, later.Add(-26*time.Hour), later))
 		samePoints(t, id+"'s daily history", feedHistory(t, feed.Feed, id, coinpulse.Daily, later.Add(-400*24*time.Hour), later),
@@ -1374,7 +1390,11 @@ func (f *stallingFeed) History(ctx context.Context, info coinpulse.CoinInfo, int
 func TestEngineBackfillSavesProgress(t *testing.T) {
 	t.Parallel()
 	store := openStore(t, filepath.Join(t.TempDir(), "db"))
-	f := &stallingFeed{spyFeed: newSpy(t, 1), stallAt: 801, stalled: make(chan struct{}), release: make(chan struct{})}
+	// It stalls at the call of the coin after the first 40 % (two calls a
+	// coin).
+	n := simCoins()
+	want := 2 * n / 5
+	f := &stallingFeed{spyFeed: newSpy(t, 1), stallAt: int32(2*want) + 1, stalled: make(chan struct{}), release: make(chan struct{})}
 	e := New(Config{
 		Feed: f, Store: store, Clock: func() time.Time { return start }, Progress: time.Nanosecond,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Refresh: time.Millisecond,
@@ -1394,13 +1414,13 @@ func TestEngineBackfillSavesProgress(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if len(s.Coins) >= 390 || time.Now().After(deadline) {
+		if len(s.Coins) >= want-10 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if len(s.Coins) < 390 || len(s.Coins) > 400 || !s.LastHour.Equal(start.Truncate(time.Hour)) {
-		t.Errorf("saved while stalled: %d coins, last hour %v; want about 400, %v", len(s.Coins), s.LastHour, start.Truncate(time.Hour))
+	if len(s.Coins) < want-10 || len(s.Coins) > want || !s.LastHour.Equal(start.Truncate(time.Hour)) {
+		t.Errorf("saved while stalled: %d coins, last hour %v; want about %d, %v", len(s.Coins), s.LastHour, want, start.Truncate(time.Hour))
 	}
 	if by, err := store.GetKV(context.Background(), historyKey); err != nil || string(by) != e.fingerprint() {
 		t.Errorf("history marked %q, %v; want %q", by, err, e.fingerprint())
@@ -1413,8 +1433,8 @@ func TestEngineBackfillSavesProgress(t *testing.T) {
 	feed := newSpy(t, 1)
 	loadEngine(t, feed, store, &fakeClock{t: start}, 0)
 	// Within the same hour: no gap to fill, the others backfilled whole.
-	if full := fullBackfills(feed, start); full > 1000-saved || full < 590 {
-		t.Errorf("the second start backfilled %d coins in full; want the %d not saved, or fewer", full, 1000-saved)
+	if full := fullBackfills(feed, start); full > n-saved || full < n-want-10 {
+		t.Errorf("the second start backfilled %d coins in full; want the %d not saved, or fewer", full, n-saved)
 	}
 }
 
@@ -1427,7 +1447,7 @@ func TestEngineResumedBackfillKeepsProgressItSavedNothingTo(t *testing.T) {
 	for _, stop := range []bool{false, true} {
 		store := openStore(t, filepath.Join(t.TempDir(), "db"))
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		e := New(Config{Feed: &flakyFeed{spyFeed: newSpy(t, 1), failAt: 1001}, Store: store, Clock: func() time.Time { return start }, Log: quiet, Refresh: time.Millisecond})
+		e := New(Config{Feed: &flakyFeed{spyFeed: newSpy(t, 1), failAt: simCoins() + 1}, Store: store, Clock: func() time.Time { return start }, Log: quiet, Refresh: time.Millisecond})
 		if err := e.Load(context.Background()); err == nil {
 			t.Fatal("the first attempt did not fail")
 		}
@@ -1449,8 +1469,8 @@ func TestEngineResumedBackfillKeepsProgressItSavedNothingTo(t *testing.T) {
 		cancel()
 		feed := newSpy(t, 1)
 		loadEngine(t, feed, store, &fakeClock{t: start}, 0)
-		if full := fullBackfills(feed, start); full > 510 {
-			t.Errorf("stopped %v: the third attempt backfilled %d coins in full; want the ~500 the first did not store", stop, full)
+		if full, n := fullBackfills(feed, start), simCoins(); full > n/2+10 {
+			t.Errorf("stopped %v: the third attempt backfilled %d coins in full; want the ~%d the first did not store", stop, full, n/2)
 		}
 	}
 }
