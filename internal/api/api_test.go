@@ -302,6 +302,13 @@ func TestTiersAndExpiry(t *testing.T) {
 	}
 	writeOnly, _ := newKey(t, newUser(t, coinpulse.TierPro, nil), coinpulse.ModeLive, coinpulse.Permissions{Write: true}, nil)
 	wantError(t, do(t, srv, "GET", "/api/v1/markets", writeOnly), 403, coinpulse.CodePermissionDenied)
+	// /usage answers a key of either permission: a backend holding a
+	// write-only key can read its quota.
+	for name, key := range map[string]string{"write-only": writeOnly, "read-only": readOnly} {
+		if res := do(t, srv, "GET", "/api/v1/usage", key); res.Status != 200 {
+			t.Errorf("%s key on /usage: %d %s", name, res.Status, res.Raw)
+		}
+	}
 }
 
 func TestValidation(t *testing.T) {

@@ -67,6 +67,10 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 			if got, _ := op.Extensions["x-coinpulse-tier"].(string); got != want {
 				t.Errorf("%s %s: spec says tier %q, route table %q", rt.Method, rt.Path, got, want)
 			}
+			want = map[Access]string{Read: "read", Write: "write", AnyKey: "read or write"}[rt.Access]
+			if got, _ := op.Extensions["x-coinpulse-permission"].(string); got != want {
+				t.Errorf("%s %s: spec says permission %q, route table %q", rt.Method, rt.Path, got, want)
+			}
 			checkKeyedOperation(t, rt.Method+" "+rt.Path, op)
 		}
 	}

@@ -168,6 +168,7 @@ const (
 	Public Access = iota // no key
 	Read                 // a key with read permission
 	Write                // a key with write permission
+	AnyKey               // a key of either permission (/usage: where its own account stands)
 )
 
 // Route is one endpoint. API routes are served under both /api/v1 and /v1.
@@ -425,7 +426,7 @@ func (s *Server) routeTable() []Route {
 		{Method: "GET", Path: "/favicon.ico", Ops: true, Handler: s.favicon},
 		{Method: "GET", Path: "/openapi.json", Handler: s.openapi},
 
-		{Method: "GET", Path: "/usage", Access: Read, Basic: true, Free: true, Handler: s.usage},
+		{Method: "GET", Path: "/usage", Access: AnyKey, Basic: true, Free: true, Handler: s.usage},
 
 		{Method: "GET", Path: "/markets", Access: Read, Basic: true, Handler: s.listMarkets},
 		{Method: "GET", Path: "/markets/search", Access: Read, Basic: true, Handler: s.searchMarkets},
