@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
+	"strconv"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -117,7 +119,50 @@ func (ev *Evaluator) Disarmed(id int64) { ev.index.Remove(id) }
 
 // EntryOf is an alert's index entry.
 func EntryOf(a *coinpulse.Alert) Entry {
-	return Entry{ID: a.ID, ArmedSeq: a.ArmedSeq, UserID: a.Owner.UserID, CoinID: a.CoinID, Target: a.TargetPrice.InexactFloat64(), Cond: a.Condition}
+	return Entry{ID: a.ID, ArmedSeq: a.ArmedSeq, UserID: a.Owner.UserID, CoinID: a.CoinID, Target: floatTarget(a.TargetPrice, a.Condition), Cond: a.Condition}
+}
+
+// floatTarget is the float64 the index compares prices with in place of
+// the exact target t (up to 18 decimal places). A price is a float64, and
+// it is past t when the decimal it stands for, the one the API shows
+// (shortest), is: 0.1 is not past a target of 0.1, and 1 is past one of
+// 0.999999999999999999. The nearest float64 to t gets both right only
+// when t is one (0.999999999999999999 rounds to 1). shortest grows with
+// the float, so for Above the index is given the largest float whose
+// decimal is at or under t (a price p crosses when p > f), and for Below
+// the smallest whose decimal is at or over t (p < f): a step or two from
+// the nearest.
+func floatTarget(t decimal.Decimal, c coinpulse.Condition) float64 {
+	up, down := math.Inf(1), math.Inf(-1)
+	f := t.InexactFloat64() // the nearest; targets are under 10^15
+	if t.NumDigits() <= 15 {
+		// Every decimal of 15 significant digits or fewer reads back from
+		// its nearest float64: shortest(f) is t, and the floats on either
+		// side stand for other decimals.
+		return f
+	}
+	if c == coinpulse.Above {
+		for shortest(f).GreaterThan(t) {
+			f = math.Nextafter(f, down)
+		}
+		for g := math.Nextafter(f, up); !shortest(g).GreaterThan(t); g = math.Nextafter(g, up) {
+			f = g
+		}
+		return f
+	}
+	for shortest(f).LessThan(t) {
+		f = math.Nextafter(f, up)
+	}
+	for g := math.Nextafter(f, down); !shortest(g).LessThan(t); g = math.Nextafter(g, down) {
+		f = g
+	}
+	return f
+}
+
+// shortest is the decimal a price stands for: the shortest that reads back
+// as it, as the API's JSON shows it.
+func shortest(p float64) decimal.Decimal {
+	return decimal.RequireFromString(strconv.FormatFloat(p, 'f', -1, 64))
 }
 
 // Run evaluates every snapshot snaps delivers until ctx ends. A failed

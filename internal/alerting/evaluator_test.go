@@ -3,6 +3,8 @@ package alerting_test
 import (
 	"context"
 	"errors"
+	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -272,4 +274,69 @@ func TestEvaluatorHoldsAlertsWithoutEntitlement(t *testing.T) {
 	if fired, err := tick(3); err != nil || len(fired) != 1 || fired[0].ID != la.ID {
 		t.Fatalf("entitled again: fired %+v, %v; want %d", fired, err, la.ID)
 	}
+}
+
+// A target is exact (up to 18 decimal places); prices are float64s. The
+// index crosses an alert exactly when the price is past the exact target,
+// also where the nearest float64 to the target is the price itself.
+func TestEntryTargetIsExact(t *testing.T) {
+	one := 1.0
+	after, before := math.Nextafter(one, 2), math.Nextafter(one, 0)
+	for _, tc := range []struct {
+		target string
+		cond   coinpulse.Condition
+		price  float64
+		want   bool
+	}{
+		{"0.999999999999999999", coinpulse.Above, one, true}, // rounds to 1
+		{"0.999999999999999999", coinpulse.Above, before, false},
+		{"1.000000000000000001", coinpulse.Below, one, true}, // rounds to 1
+		{"1.000000000000000001", coinpulse.Below, after, false},
+		{"1", coinpulse.Above, one, false}, // strictly past
+		{"1", coinpulse.Above, after, true},
+		{"1", coinpulse.Below, one, false},
+		{"1", coinpulse.Below, before, true},
+		{"1.000000000000000001", coinpulse.Above, one, false},
+		{"1.000000000000000001", coinpulse.Above, after, true},
+		{"0.999999999999999999", coinpulse.Below, one, false},
+		{"0.999999999999999999", coinpulse.Below, before, true},
+		{"0.1", coinpulse.Above, 0.1, false}, // the float 0.1 is over 0.1: does not count
+		{"0.1", coinpulse.Below, 0.1, false},
+		{"999999999999999.999999999999999999", coinpulse.Above, 1e15, true},
+	} {
+		if got := crosses(tc.target, tc.cond, tc.price); got != tc.want {
+			t.Errorf("%s %s at a price of %v: crossed %v, want %v", tc.cond, tc.target, tc.price, got, tc.want)
+		}
+	}
+	// Random targets of 1 to 18 decimal places, and the floats nearest
+	// them and either side: crossed exactly when the price's decimal (as
+	// the API shows it) is past the target.
+	r := rand.New(rand.NewPCG(7, 8))
+	for range 20_000 {
+		target := decimal.New(r.Int64N(1e18), -int32(1+r.IntN(18))).Add(decimal.New(r.Int64N(1000), 0))
+		if !target.IsPositive() {
+			continue
+		}
+		near := target.InexactFloat64()
+		for _, price := range []float64{math.Nextafter(near, 0), near, math.Nextafter(near, 2e15)} {
+			shown := decimal.RequireFromString(strconv.FormatFloat(price, 'f', -1, 64))
+			for _, cond := range []coinpulse.Condition{coinpulse.Above, coinpulse.Below} {
+				want := shown.GreaterThan(target)
+				if cond == coinpulse.Below {
+					want = shown.LessThan(target)
+				}
+				if got := crosses(target.String(), cond, price); got != want {
+					t.Fatalf("%s %s at a price of %v (%s): crossed %v, want %v", cond, target, price, shown, got, want)
+				}
+			}
+		}
+	}
+}
+
+// crosses reports whether an index holding one alert on target crosses it
+// at price.
+func crosses(target string, cond coinpulse.Condition, price float64) bool {
+	ix := alerting.NewIndex()
+	ix.Add(alerting.EntryOf(&coinpulse.Alert{ID: 1, ArmedSeq: 1, CoinID: "usdc", TargetPrice: decimal.RequireFromString(target), Condition: cond}))
+	return len(ix.Cross(nil, "usdc", price)) == 1
 }
