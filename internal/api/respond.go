@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"coinpulse"
 )
 
@@ -203,11 +205,16 @@ func writeData(w http.ResponseWriter, status int, data any, meta *Meta) error {
 // not a fault of the request or the code.
 // PostgreSQL's refusals of that kind (pgx's PgError has SQLState) count
 // too: a server starting or shutting down (a failover), too many
-// connections, a connection exception.
+// connections, a connection exception; and so does every new connection
+// the server refused, whatever it said (pgconn.ConnectError): a database
+// not accepting connections (ALTER DATABASE … ALLOW_CONNECTIONS false,
+// 55000), dropped or renamed (3D000), or a login pg_hba.conf or a changed
+// password now refuses (28000, 28P01).
 func unreachable(err error) bool {
 	var op *net.OpError
+	var connect *pgconn.ConnectError
 	if errors.As(err, &op) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) {
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &connect) {
 		return true
 	}
 	var pg interface{ SQLState() string }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"coinpulse"
 )
@@ -40,6 +41,14 @@ func TestUnreachableDatabaseIs503(t *testing.T) {
 	if pgErr == nil {
 		t.Fatal("pgx connected to a closed port")
 	}
+	// pgx's own error for a server that takes the connection and refuses
+	// the session: a database not accepting connections (55000, ALTER
+	// DATABASE … ALLOW_CONNECTIONS false), told by a stand-in server.
+	notAccepting := refusingServer(t, "55000", `database "coinpulse" is not currently accepting connections`)
+	_, closedErr := pgx.Connect(t.Context(), "postgres://coinpulse@"+notAccepting+"/coinpulse?sslmode=disable&connect_timeout=5")
+	if closedErr == nil {
+		t.Fatal("pgx connected to a server that refused the session")
+	}
 	// SQLite's own error for a file another connection holds locked past
 	// the busy timeout (0 here).
 	lite, err := sql.Open("sqlite", filepath.Join(t.TempDir(), "busy.db")+"?_pragma=busy_timeout(0)")
@@ -68,6 +77,7 @@ func TestUnreachableDatabaseIs503(t *testing.T) {
 		{"connection refused", fmt.Errorf("postgres: key by hash: %w", pgErr), 503},
 		{"a failover", fmt.Errorf("postgres: key by hash: %w", &pgconn.PgError{Code: "57P03", Message: "the database system is starting up"}), 503},
 		{"too many connections", fmt.Errorf("postgres: key by hash: %w", &pgconn.PgError{Code: "53300"}), 503},
+		{"a database not accepting connections", fmt.Errorf("postgres: key by hash: %w", closedErr), 503},
 		{"SQLite busy", fmt.Errorf("sqlite: key by hash: %w", busyErr), 503},
 		{"no answer in time", fmt.Errorf("sqlite: claim idempotency key: sqlite: begin: %w", context.DeadlineExceeded), 503},
 		{"another failure", fmt.Errorf("postgres: key by hash: %w", pgx.ErrTxClosed), 500},
@@ -87,4 +97,42 @@ func TestUnreachableDatabaseIs503(t *testing.T) {
 			t.Errorf("%s: %s %q, Retry-After %q", c.name, res.Error.Code, res.Error.Message, res.Header.Get("Retry-After"))
 		}
 	}
+}
+
+// refusingServer is a stand-in PostgreSQL server that answers every
+// session's start with a FATAL error of code and message, as a server does
+// to a login it refuses. It returns its address.
+func refusingServer(t *testing.T, code, message string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				be := pgproto3.NewBackend(conn, conn)
+				for {
+					msg, err := be.ReceiveStartupMessage()
+					if err != nil {
+						return
+					}
+					if _, ok := msg.(*pgproto3.SSLRequest); ok {
+						conn.Write([]byte{'N'}) // no TLS; the startup follows
+						continue
+					}
+					be.Send(&pgproto3.ErrorResponse{Severity: "FATAL", Code: code, Message: message})
+					be.Flush()
+					return
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
 }
