@@ -55,8 +55,8 @@ const usage = `Usage: coinpulse <command> [flags]
 
 Commands:
   serve           run the API server (SQLite and the simulated feed by default)
-  users create    create an account: --email E [--tier T (default free)] [--expires RFC3339] [--password P]
-  users set-tier  change an account's tier: --email E --tier T [--expires RFC3339]
+  users create    create an account: --email E [--tier T (default free)] [--expires RFC3339|now] [--password P]
+  users set-tier  change an account's tier: --email E --tier T [--expires RFC3339|now]
   keys create     create an API key and print it alone on stdout:
                   --email E [--name N] [--permissions read,write] [--test] [--expires RFC3339]
   keys list       list an account's keys: --email E
@@ -233,18 +233,26 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) err
 		}
 		name := envName(f.Name)
 		v := getenv(name)
-		if file := getenv(name + "_FILE"); file != "" && v == "" {
+		file := getenv(name + "_FILE")
+		if file != "" && v == "" {
 			b, err := os.ReadFile(file)
 			if err != nil {
 				envErr = fmt.Errorf("%s_FILE: %w", name, err)
 				return
 			}
 			v = strings.TrimSpace(string(b))
+		} else {
+			file = ""
 		}
 		if v != "" {
 			if err := fs.Set(f.Name, v); err != nil {
 				err = fmt.Errorf("want %s for --%s: %w", flagKind(f), f.Name, err)
-				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
+				if file != "" {
+					// The file may hold a secret: name it, not what it holds.
+					envErr = fmt.Errorf("%s_FILE=%q: the file's content: %w", name, file, err)
+				} else {
+					envErr = fmt.Errorf("%s=%q: %w", name, v, err)
+				}
 			}
 		}
 	})

@@ -832,6 +832,17 @@ func TestBadEnvironmentValueSaysWhatIsWanted(t *testing.T) {
 			t.Errorf("%s=fast: %v, want %q", name, err, want)
 		}
 	}
+	// From a _FILE variable, the error names that variable and its file,
+	// not the content, which may be a secret (an audit: it named
+	// COINPULSE_REFRESH, which was not set, and showed the content).
+	file := filepath.Join(t.TempDir(), "refresh")
+	if err := os.WriteFile(file, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := cli(t, map[string]string{"COINPULSE_REFRESH_FILE": file}, "serve", "--data-dir", t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("COINPULSE_REFRESH_FILE=%q", file)) || !strings.Contains(err.Error(), "want a duration for --refresh") || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("COINPULSE_REFRESH_FILE holding s3cret: %v", err)
+	}
 	// On the command line too, without the list of every flag (an audit).
 	for flag, want := range map[string]string{
 		"--refresh": "want a duration",
@@ -919,6 +930,26 @@ func TestServePortInUse(t *testing.T) {
 	_, _, err = cli(t, nil, "serve", "--addr", ln.Addr().String(), "--data-dir", dir)
 	if err == nil || !strings.Contains(err.Error(), "address already in use") {
 		t.Fatalf("serve on a port in use: %v, want address already in use", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the data dir exists after the failed start (%v)", err)
+	}
+}
+
+// A Redis that does not answer fails the start before the database is
+// created or migrated, as a port in use does (an audit: the start failed
+// at the limiter, after a new database was made and migrated).
+func TestServeRedisDownCreatesNoDatabase(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := ln.Addr().String()
+	ln.Close()
+	dir := filepath.Join(t.TempDir(), "data")
+	_, _, err = cli(t, nil, "serve", "--addr", "127.0.0.1:0", "--data-dir", dir, "--redis", "redis://"+down+"/0")
+	if err == nil || !strings.Contains(err.Error(), "--redis "+down) || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("serve with a Redis that is down: %v, want --redis %s: … connection refused", err, down)
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the data dir exists after the failed start (%v)", err)

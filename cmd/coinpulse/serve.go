@@ -326,7 +326,7 @@ const (
 func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: %w", level, err)
+		return nil, fmt.Errorf("--log-level %q: debug, info, warn or error (or one with +N or -N, as slog reads levels)", level)
 	}
 	opts := &slog.HandlerOptions{Level: l}
 	switch format {
@@ -363,6 +363,15 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
+	// And Redis: a host that does not answer fails the start before the
+	// database is created or migrated, too.
+	var rdb *redis.Client
+	if cfg.limits == "on" && cfg.redis != "" {
+		if rdb, err = dialRedis(ctx, cfg, log); err != nil {
+			return err
+		}
+		defer rdb.Close() // after the limiter's and the slots' Close
+	}
 	store, err := openStore(ctx, cfg.db, cfg.dataDir, true)
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "--db ") {
@@ -389,7 +398,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	var mtr *meter.Meter
 	if cfg.limits == "on" {
-		limiter, slots, closeLimiter, err := newLimiter(ctx, cfg, store, log)
+		limiter, slots, closeLimiter, err := newLimiter(ctx, cfg, rdb, store, log)
 		if err != nil {
 			return err
 		}
@@ -694,15 +703,33 @@ func newFeed(cfg serveConfig, log *slog.Logger) (coinpulse.Feed, error) {
 // limits are off.
 var withBenchHeaders func(http.Handler, *slog.Logger) http.Handler
 
-// newLimiter returns the limiter cfg asks for: Redis when --redis is set,
-// else in-process; with Redis, the WebSocket connections are capped
-// across the nodes in it too (nil slots: each node caps its own). Either
+// dialRedis connects to --redis and checks that it answers within 5 s.
+func dialRedis(ctx context.Context, cfg serveConfig, log *slog.Logger) (*redis.Client, error) {
+	opts, err := ratelimit.ClientOptions(cfg.redis)
+	if err != nil {
+		return nil, fmt.Errorf("--redis: %w", err)
+	}
+	redis.SetLogger(&redisLog{log: log, now: time.Now})
+	client := redis.NewClient(opts)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := client.Ping(pctx).Err(); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("--redis %s: %w", opts.Addr, err)
+	}
+	return client, nil
+}
+
+// newLimiter returns the limiter cfg asks for: in Redis (client, dialled
+// from --redis) when there is one, else in-process; with Redis, the
+// WebSocket connections are capped across the nodes in it too (nil
+// slots: each node caps its own). Either
 // seeds a month's count from the store, so that a restart resets
 // nobody's allowance: from the calls the meters counted admitted to the
 // plan, which include those still being answered, or the metered calls
 // if more (in a month when nodes of a build that did not count
 // admissions served too).
-func newLimiter(ctx context.Context, cfg serveConfig, store coinpulse.Store, log *slog.Logger) (coinpulse.Limiter, coinpulse.Slots, func(), error) {
+func newLimiter(ctx context.Context, cfg serveConfig, client *redis.Client, store coinpulse.Store, log *slog.Logger) (coinpulse.Limiter, coinpulse.Slots, func(), error) {
 	user := func(account string) (int64, bool) {
 		id, err := strconv.ParseInt(strings.TrimPrefix(account, "u"), 10, 64)
 		return id, err == nil && strings.HasPrefix(account, "u")
@@ -719,23 +746,12 @@ func newLimiter(ctx context.Context, cfg serveConfig, store coinpulse.Store, log
 		admitted, err := store.MonthAdmitted(ctx, id, month)
 		return max(metered, admitted), err
 	}
-	if cfg.redis == "" {
+	if client == nil {
 		log.Info("rate limits in process (one node); use --redis to share them between nodes")
 		checkLimiter(ctx, store, "in process", log)
 		return ratelimit.NewMemory(time.Now, seed), nil, func() {}, nil
 	}
-	opts, err := ratelimit.ClientOptions(cfg.redis)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("--redis: %w", err)
-	}
-	redis.SetLogger(&redisLog{log: log, now: time.Now})
-	client := redis.NewClient(opts)
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := client.Ping(pctx).Err(); err != nil {
-		client.Close()
-		return nil, nil, nil, fmt.Errorf("--redis %s: %w", opts.Addr, err)
-	}
+	opts := client.Options()
 	log.Info("rate limits in Redis", "addr", opts.Addr)
 	checkLimiter(ctx, store, fmt.Sprintf("redis %s db %d prefix %q", opts.Addr, opts.DB, cfg.redisPrefix), log)
 	// A seed of a month under way, or of one seeded before, waits out one
@@ -752,7 +768,7 @@ func newLimiter(ctx context.Context, cfg serveConfig, store coinpulse.Store, log
 	limiter := ratelimit.NewRedis(client, seed, ratelimit.WithPrefix(cfg.redisPrefix),
 		ratelimit.WithSettle(settle), ratelimit.WithSeen(seen))
 	slots := ratelimit.NewRedisSlots(client, ratelimit.SlotsConfig{Prefix: cfg.redisPrefix, Log: log})
-	return limiter, slots, func() { limiter.Close(); slots.Close(); client.Close() }, nil
+	return limiter, slots, func() { limiter.Close(); slots.Close() }, nil
 }
 
 // limiterKey is where the store keeps which limiter last served it.

@@ -55,7 +55,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
-		return partError("Upgrade", "GET /api/v1/ws is a WebSocket endpoint: connect with a WebSocket client (Upgrade: websocket).")
+		return partError("Upgrade", "GET "+r.URL.Path+" is a WebSocket endpoint: connect with a WebSocket client (Upgrade: websocket).")
 	}
 	if err := checkHandshake(r); err != nil {
 		return err
