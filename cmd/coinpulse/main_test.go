@@ -843,6 +843,16 @@ func TestBadEnvironmentValueSaysWhatIsWanted(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("COINPULSE_REFRESH_FILE=%q", file)) || !strings.Contains(err.Error(), "want a duration for --refresh") || strings.Contains(err.Error(), "s3cret") {
 		t.Errorf("COINPULSE_REFRESH_FILE holding s3cret: %v", err)
 	}
+	// Nor does a Redis URL that does not parse show its password (a
+	// review: net/url's error quoted the whole URL).
+	file = filepath.Join(t.TempDir(), "redis")
+	if err := os.WriteFile(file, []byte("redis://user:s3cret@[::1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = cli(t, map[string]string{"COINPULSE_REDIS_FILE": file}, "serve", "--addr", "127.0.0.1:0", "--data-dir", t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "--redis: not a URL: missing ']' in host (set by COINPULSE_REDIS_FILE)") || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("COINPULSE_REDIS_FILE holding a malformed URL with a password: %v", err)
+	}
 	// On the command line too, without the list of every flag (an audit).
 	for flag, want := range map[string]string{
 		"--refresh": "want a duration",

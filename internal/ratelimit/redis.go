@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	neturl "net/url"
 	"runtime"
 	"slices"
 	"strconv"
@@ -209,10 +210,16 @@ func withTimeout(d time.Duration) Option {
 // reads and writes end at a check's deadline, never at a socket timeout
 // of the client's own: a check answered 503 at a shorter timeout could
 // still run, and count, if Redis resumed before the deadline the script
-// carries. So a URL's read_timeout or write_timeout is refused.
+// carries. So a URL's read_timeout or write_timeout is refused. An error
+// never quotes the URL: it may hold a password.
 func ClientOptions(url string) (*redis.Options, error) {
 	opts, err := redis.ParseURL(url)
 	if err != nil {
+		var ue *neturl.Error
+		if errors.As(err, &ue) {
+			// net/url's error quotes the whole URL, password included.
+			return nil, fmt.Errorf("not a URL: %w", ue.Err)
+		}
 		return nil, err
 	}
 	if opts.ReadTimeout != 0 || opts.WriteTimeout != 0 {
