@@ -1384,6 +1384,11 @@ func TestExpiredSubscriptionOffersRenewal(t *testing.T) {
 				t.Errorf("billing %q: the page lacks %s", billing, w)
 			}
 		}
+		// The JSON too: nothing left (an audit: it gave the plan's
+		// allowance, here unlimited, while every call was refused).
+		if p := c.get("/user/api/data/usage"); !strings.Contains(p.body, `"remaining":0,`) {
+			t.Errorf("data/usage of an expired subscription: %d %s", p.status, p.body)
+		}
 	}
 }
 
@@ -1419,6 +1424,26 @@ func TestClientIPBehindTrustedProxies(t *testing.T) {
 	r.RemoteAddr, r.Header["X-Forwarded-For"] = "10.0.0.2:5000", []string{"198.51.100.1"}
 	if got := (&Dashboard{}).clientIP(r); got != "10.0.0.2" {
 		t.Errorf("no trusted proxies: %s, want 10.0.0.2", got)
+	}
+}
+
+// The per-address limits count an IPv6 client by its /64, which it holds
+// whole, and an IPv4 one by its address (an audit: one /64 made as many
+// sign-ups as it had addresses).
+func TestThrottledAddress(t *testing.T) {
+	for addr, want := range map[string]string{
+		"203.0.113.7":            "203.0.113.7",
+		"2001:db8:1:2::1":        "2001:db8:1:2::/64",
+		"2001:db8:1:2:ffff::9":   "2001:db8:1:2::/64",
+		"2001:db8:1:3::1":        "2001:db8:1:3::/64",
+		"fe80::1%eth0":           "fe80::/64",
+		"::1":                    "::/64",
+		"::ffff:198.51.100.1":    "198.51.100.1",
+		"not an address (proxy)": "not an address (proxy)",
+	} {
+		if got := throttled(addr); got != want {
+			t.Errorf("throttled(%q) = %q, want %q", addr, got, want)
+		}
 	}
 }
 

@@ -226,6 +226,10 @@ func (d *Dashboard) load(ctx context.Context, u *coinpulse.User) (*accountData, 
 	}
 	a.stats = keyStats(a.keys, a.usage)
 	a.left = monthLeft(a.plan, a.usage.MonthCalls, standing)
+	if u.SubscriptionExpired(a.now) {
+		var none int64 // every call is refused until it is renewed
+		a.left = &none
+	}
 	return a, nil
 }
 
