@@ -71,18 +71,43 @@ func (d *Dashboard) signupLimit(r *http.Request) limit {
 // address as it is, an IPv6 one by its /64. A subscriber's line or host
 // gets a whole /64 and may pick any address in it, so counting addresses
 // one by one would give a client 2^64 allowances (an audit: 12 sign-ups
-// from 12 addresses of one /64 were all let through).
+// from 12 addresses of one /64 were all let through). IPv6 addresses that
+// stand for an IPv4 client count as that client: the IPv4 address a
+// NAT64 or SIIT prefix (64:ff9b::/96, RFC 6052) or an IPv4-translated
+// one (::ffff:0:0:0/96) carries, a Teredo address whole (it holds its
+// client's address and port), a 6to4 site by its /48 (its IPv4 address);
+// else every IPv4 user behind such a translator would share one count
+// (a review).
 func throttled(addr string) string {
 	ip, err := netip.ParseAddr(addr)
-	switch {
-	case err != nil:
+	if err != nil {
 		return addr
-	case ip.Unmap().Is4():
-		return ip.Unmap().String()
 	}
-	p, _ := ip.WithZone("").Prefix(64)
+	ip = ip.WithZone("").Unmap()
+	switch {
+	case ip.Is4():
+		return ip.String()
+	case nat64.Contains(ip), translated.Contains(ip):
+		b := ip.As16()
+		return netip.AddrFrom4([4]byte(b[12:])).String()
+	case nat64Local.Contains(ip), teredo.Contains(ip):
+		return ip.String()
+	case sixToFour.Contains(ip):
+		p, _ := ip.Prefix(48)
+		return p.String()
+	}
+	p, _ := ip.Prefix(64)
 	return p.String()
 }
+
+// The IPv6 prefixes whose addresses stand for an IPv4 client (throttled).
+var (
+	nat64      = netip.MustParsePrefix("64:ff9b::/96")   // RFC 6052, the IPv4 address last
+	nat64Local = netip.MustParsePrefix("64:ff9b:1::/48") // RFC 8215, where it sits depends on the prefix
+	translated = netip.MustParsePrefix("::ffff:0:0:0/96")
+	teredo     = netip.MustParsePrefix("2001::/32")
+	sixToFour  = netip.MustParsePrefix("2002::/16")
+)
 
 // refusal is the message refusing an attempt under l, whose count th
 // has reached l.max, or "" when th's window has ended.

@@ -463,9 +463,10 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// clientIP is the address failed log-ins are counted under, and the
-// security events' client_ip: the peer's, or behind a trusted proxy the
-// client's from X-Forwarded-For.
+// clientIP is the client's address, which failed log-ins and sign-ups are
+// counted under (by its /64 for IPv6: throttled), and the security
+// events' client_ip: the peer's, or behind a trusted proxy the client's
+// from X-Forwarded-For.
 func (d *Dashboard) clientIP(r *http.Request) string {
 	addr := r.RemoteAddr
 	if i := strings.LastIndexByte(addr, ':'); i >= 0 && !strings.HasSuffix(addr, "]") {

@@ -1432,14 +1432,21 @@ func TestClientIPBehindTrustedProxies(t *testing.T) {
 // sign-ups as it had addresses).
 func TestThrottledAddress(t *testing.T) {
 	for addr, want := range map[string]string{
-		"203.0.113.7":            "203.0.113.7",
-		"2001:db8:1:2::1":        "2001:db8:1:2::/64",
-		"2001:db8:1:2:ffff::9":   "2001:db8:1:2::/64",
-		"2001:db8:1:3::1":        "2001:db8:1:3::/64",
-		"fe80::1%eth0":           "fe80::/64",
-		"::1":                    "::/64",
-		"::ffff:198.51.100.1":    "198.51.100.1",
-		"not an address (proxy)": "not an address (proxy)",
+		"203.0.113.7":          "203.0.113.7",
+		"2001:db8:1:2::1":      "2001:db8:1:2::/64",
+		"2001:db8:1:2:ffff::9": "2001:db8:1:2::/64",
+		"2001:db8:1:3::1":      "2001:db8:1:3::/64",
+		"fe80::1%eth0":         "fe80::/64",
+		"::1":                  "::/64",
+		"::ffff:198.51.100.1":  "198.51.100.1",
+		// IPv6 addresses that stand for IPv4 clients count as them.
+		"64:ff9b::198.51.100.1":                "198.51.100.1",
+		"64:ff9b::203.0.113.7":                 "203.0.113.7",
+		"::ffff:0:198.51.100.1":                "198.51.100.1",
+		"64:ff9b:1:2::c633:6401":               "64:ff9b:1:2::c633:6401",
+		"2001:0:4136:e378:8000:63bf:3fff:fdd2": "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+		"2002:c633:6401:7::1":                  "2002:c633:6401::/48",
+		"not an address (proxy)":               "not an address (proxy)",
 	} {
 		if got := throttled(addr); got != want {
 			t.Errorf("throttled(%q) = %q, want %q", addr, got, want)

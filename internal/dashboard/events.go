@@ -13,8 +13,9 @@ import (
 // mass sign-ups, who made or revoked a key). Each is one log line on the
 // server's logger with a stable "event" attribute, its account (user_id
 // and email, or account=unknown), what it is about, and last the client's
-// address as the log-in throttle counts it (client_ip, after
-// --trusted-proxies) and the request id (request_id, as the API's lines).
+// address (client_ip, after --trusted-proxies; the per-address limits
+// count an IPv6 one by its /64, see throttled) and the request id
+// (request_id, as the API's lines).
 //
 // A line never carries a password, a session or CSRF token, or a full API
 // key (only its id and prefix), and never an e-mail address that has no

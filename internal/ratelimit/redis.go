@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	neturl "net/url"
 	"runtime"
 	"slices"
 	"strconv"
@@ -204,6 +203,9 @@ func withTimeout(d time.Duration) Option {
 	return func(r *Redis) { r.timeout = d }
 }
 
+// badRedisURL refuses a URL redis.ParseURL cannot read.
+const badRedisURL = "not a URL of the form redis://[user:password@]host[:port][/db][?option=value] (or rediss://), with the password percent-encoded; it is not quoted here, as it may hold a password"
+
 // ClientOptions parses a redis:// URL into the options of a client fit
 // for NewRedis: it never retries a command (a script retried after its
 // reply was lost would run twice and count its calls twice), and its
@@ -211,16 +213,15 @@ func withTimeout(d time.Duration) Option {
 // of the client's own: a check answered 503 at a shorter timeout could
 // still run, and count, if Redis resumed before the deadline the script
 // carries. So a URL's read_timeout or write_timeout is refused. An error
-// never quotes the URL: it may hold a password.
+// never quotes the URL, nor any part of it: it may hold a password.
 func ClientOptions(url string) (*redis.Options, error) {
 	opts, err := redis.ParseURL(url)
 	if err != nil {
-		var ue *neturl.Error
-		if errors.As(err, &ue) {
-			// net/url's error quotes the whole URL, password included.
-			return nil, fmt.Errorf("not a URL: %w", ue.Err)
-		}
-		return nil, err
+		// Neither net/url's error nor go-redis's is passed on: both quote
+		// the URL or a part of it, and a password with an unescaped /, ?
+		// or # puts a part of itself where the port or the database
+		// number is read.
+		return nil, errors.New(badRedisURL)
 	}
 	if opts.ReadTimeout != 0 || opts.WriteTimeout != 0 {
 		return nil, fmt.Errorf("read_timeout and write_timeout are not taken: each check's trip to Redis is bounded by its own deadline (%s from when it is queued), which a shorter socket timeout would undercut", pipelineTimeout)

@@ -974,3 +974,23 @@ func TestClientOptionsLeaveTimeoutsToTheCheck(t *testing.T) {
 		t.Errorf("other options: %v", err)
 	}
 }
+
+// A URL that does not parse is refused without a part of it: a password
+// with an unescaped /, ? or # puts a part of itself where the port or the
+// database number is read, and net/url's and go-redis's errors quote
+// those (a review).
+func TestClientOptionsQuoteNoPassword(t *testing.T) {
+	for _, u := range []string{
+		"redis://user:s3cr/et@host:6379",
+		"redis://:ab?s3cret@host:6379",
+		"redis://:123/s3cret@host:6379",
+		"redis://user:s3cret@[::1",
+		"redis://:s3cret#x@host:6379",
+		"http://user:s3cret@host:6379",
+	} {
+		_, err := ClientOptions(u)
+		if err == nil || err.Error() != badRedisURL {
+			t.Errorf("%s: %v, want %q", u, err, badRedisURL)
+		}
+	}
+}
