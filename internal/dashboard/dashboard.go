@@ -187,6 +187,7 @@ func New(cfg Config) *Dashboard {
 	m.HandleFunc("POST "+basePath+"/data/keys/{id}/revoke", d.dataRevoke)
 	m.HandleFunc("GET "+basePath+"/data/usage", d.dataUsage)
 	m.HandleFunc(dataFallback, d.dataNotServed)
+	m.HandleFunc(dataRoot, d.dataNotServed) // not the subtree's redirect to dataFallback
 	m.HandleFunc(basePath, d.pageNotServed) // not the subtree's redirect to basePath/
 	m.HandleFunc(pageFallback, d.pageNotServed)
 	return d
@@ -225,14 +226,23 @@ func (d *Dashboard) allowed(r *http.Request, fallbacks ...string) []string {
 	return allow
 }
 
-// dataFallback is the pattern of the JSON paths no data endpoint serves.
-const dataFallback = basePath + "/data/"
+// dataFallback is the pattern of the JSON paths no data endpoint serves;
+// dataRoot, the path above them, is served by nothing either.
+const (
+	dataFallback = basePath + "/data/"
+	dataRoot     = basePath + "/data"
+)
+
+// isData reports whether r asks for a JSON path, which answers in JSON.
+func isData(r *http.Request) bool {
+	return r.URL.Path == dataRoot || strings.HasPrefix(r.URL.Path, dataFallback)
+}
 
 // dataNotServed answers a JSON request no data endpoint serves: 405
 // METHOD_NOT_ALLOWED with Allow when its path is served with other
 // methods, as the API answers, else 404 RESOURCE_NOT_FOUND.
 func (d *Dashboard) dataNotServed(w http.ResponseWriter, r *http.Request) {
-	allow := d.allowed(r, dataFallback)
+	allow := d.allowed(r, dataFallback, dataRoot)
 	path := truncate(r.URL.Path, 200)
 	if len(allow) == 0 {
 		d.jsonError(w, coinpulse.Errorf(coinpulse.CodeNotFound, "No dashboard endpoint %s %s.", r.Method, path))
@@ -256,7 +266,7 @@ func (d *Dashboard) Handler() http.Handler {
 			h.Set("Strict-Transport-Security", "max-age=31536000")
 		}
 		if r.ContentLength > maxBody {
-			if strings.HasPrefix(r.URL.Path, dataFallback) {
+			if isData(r) {
 				d.jsonError(w, coinpulse.Errorf(coinpulse.CodePayloadTooLarge, "The request body is over %d bytes.", maxBody))
 			} else {
 				d.render(w, r, http.StatusRequestEntityTooLarge, "error", &page{Title: "Too large", Error: "What was sent is too large."})
@@ -264,7 +274,7 @@ func (d *Dashboard) Handler() http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(innermost(w), r.Body, maxBody)
-		if r.Method == http.MethodPost && !strings.HasPrefix(r.URL.Path, dataFallback) && !d.readForm(w, r) {
+		if r.Method == http.MethodPost && !isData(r) && !d.readForm(w, r) {
 			return
 		}
 		d.mux.ServeHTTP(w, r)

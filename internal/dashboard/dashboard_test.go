@@ -782,7 +782,8 @@ func TestSecurityHeaders(t *testing.T) {
 func TestJSON(t *testing.T) {
 	e := newEnv(t, "")
 	anon := e.client()
-	for _, path := range []string{"/user/api/data/account", "/user/api/data/keys", "/user/api/data/usage"} {
+	// The session comes first: a query string without one is 401, not 422.
+	for _, path := range []string{"/user/api/data/account", "/user/api/data/keys", "/user/api/data/usage", "/user/api/data/usage?days=7"} {
 		p := anon.get(path)
 		if p.status != http.StatusUnauthorized || !strings.Contains(p.body, `"success":false`) || !strings.Contains(p.body, `"code":"INVALID_API_KEY"`) {
 			t.Errorf("%s without a session: %d %s", path, p.status, p.body)
@@ -900,8 +901,15 @@ func TestJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(p.body), &usage); p.status != http.StatusOK || err != nil || len(usage.Data.Daily) != 30 {
 		t.Errorf("usage: %d %s", p.status, p.body)
 	}
-	if p := c.get("/user/api/data/nope"); p.status != http.StatusNotFound || !strings.Contains(p.body, `"RESOURCE_NOT_FOUND"`) {
-		t.Errorf("unknown data path: %d %s", p.status, p.body)
+	// Unknown JSON paths are 404 in JSON; the root of them too, not a
+	// redirect to a 404.
+	for _, path := range []string{"/user/api/data/nope", "/user/api/data/", "/user/api/data"} {
+		for _, method := range []string{"GET", "POST", "DELETE"} {
+			p := c.do(method, path, nil, "X-CSRF-Token", tok)
+			if p.status != http.StatusNotFound || !strings.Contains(p.body, `"RESOURCE_NOT_FOUND"`) || p.header.Get("Allow") != "" {
+				t.Errorf("unknown data path %s %s: %d, Allow %q, %s", method, path, p.status, p.header.Get("Allow"), p.body)
+			}
+		}
 	}
 	// A served path with another method is 405 with Allow, as in the API.
 	for _, c2 := range []struct{ method, path, allow string }{

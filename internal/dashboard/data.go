@@ -81,13 +81,9 @@ func (d *Dashboard) jsonError(w http.ResponseWriter, err error) {
 }
 
 // dataAuth authenticates a JSON request (and, for a POST, its
-// X-CSRF-Token), answering the error itself when it fails.
+// X-CSRF-Token) and refuses a query string, answering the error itself
+// when one of them fails.
 func (d *Dashboard) dataAuth(w http.ResponseWriter, r *http.Request) *auth {
-	if r.URL.RawQuery != "" {
-		// As the API: a parameter sent for nothing is a typo to hear of.
-		d.jsonError(w, coinpulse.ValidationError("query", "the dashboard's JSON endpoints take no query parameters"))
-		return nil
-	}
 	a, err := d.authenticate(r)
 	if errors.Is(err, errNoSession) {
 		d.jsonError(w, coinpulse.Errorf(coinpulse.CodeInvalidAPIKey, "No valid session: log in at /user/api/login and send the session cookie."))
@@ -100,6 +96,12 @@ func (d *Dashboard) dataAuth(w http.ResponseWriter, r *http.Request) *auth {
 	if r.Method == http.MethodPost && !tokensEqual(r.Header.Get("X-CSRF-Token"), a.session.CSRF) {
 		d.csrfRejected(w, r, a)
 		d.jsonError(w, coinpulse.Errorf(coinpulse.CodePermissionDenied, "Missing or wrong X-CSRF-Token header: send the csrf-token of a dashboard page."))
+		return nil
+	}
+	if r.URL.RawQuery != "" {
+		// As the API, after the session (401) and the token (403): a
+		// parameter sent for nothing is a typo to hear of.
+		d.jsonError(w, coinpulse.ValidationError("query", "the dashboard's JSON endpoints take no query parameters"))
 		return nil
 	}
 	return a
