@@ -681,10 +681,10 @@ func TestDemoAccountRace(t *testing.T) {
 	}
 	defer store.Close()
 	var first, second bytes.Buffer
-	if err := demoAccount(t.Context(), store, "http://node1", serveConfig{dataDir: defaultDataDir}, &first); err != nil || !strings.Contains(first.String(), "sandbox key:") {
+	if err := demoAccount(t.Context(), store, "http://node1", serveConfig{dataDir: defaultDataDir, demo: true}, &first); err != nil || !strings.Contains(first.String(), "sandbox key:") {
 		t.Fatalf("the first node: %v\n%s", err, first.String())
 	}
-	if err := demoAccount(t.Context(), lateStore{store}, "http://node2", serveConfig{dataDir: defaultDataDir}, &second); err != nil {
+	if err := demoAccount(t.Context(), lateStore{store}, "http://node2", serveConfig{dataDir: defaultDataDir, demo: true}, &second); err != nil {
 		t.Fatalf("the second node failed: %v", err)
 	}
 	if out := second.String(); strings.Contains(out, "sandbox key:") || !strings.Contains(out, "made by another node") {
@@ -705,7 +705,7 @@ func TestDemoAccountOnlyOnAFreshDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := demoAccount(t.Context(), store, "http://node1", serveConfig{dataDir: defaultDataDir}, &out); err != nil {
+	if err := demoAccount(t.Context(), store, "http://node1", serveConfig{dataDir: defaultDataDir, demo: true}, &out); err != nil {
 		t.Fatal(err)
 	}
 	if s := out.String(); strings.Contains(s, "sk_live_") || !strings.Contains(s, "no demo account") {
@@ -713,6 +713,45 @@ func TestDemoAccountOnlyOnAFreshDatabase(t *testing.T) {
 	}
 	if _, err := store.UserByEmail(t.Context(), DemoEmail); !coinpulse.IsNotFound(err) {
 		t.Errorf("the demo account: %v, want none", err)
+	}
+}
+
+// --demo=false on a fresh database makes no account, and says how to make
+// one and a key for it.
+func TestNoDemoAccountSaysHowToStart(t *testing.T) {
+	store, err := openStore(t.Context(), "sqlite:"+filepath.Join(t.TempDir(), "cp.db"), "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	var out bytes.Buffer
+	if err := demoAccount(t.Context(), store, "http://node1", serveConfig{dataDir: defaultDataDir}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.String(); strings.Contains(s, "sk_") || !strings.Contains(s, "http://node1 with no accounts (--demo=false)") ||
+		!strings.Contains(s, " users create --email <e-mail> --tier <tier>\n") || !strings.Contains(s, " keys create --email <e-mail>\n") {
+		t.Errorf("demoAccount said:\n%s", s)
+	}
+	if has, err := store.HasUsers(t.Context()); err != nil || has {
+		t.Errorf("HasUsers: %v %v, want no account", has, err)
+	}
+}
+
+// The start-up message shows a wildcard listener as localhost.
+func TestBaseURL(t *testing.T) {
+	for _, c := range []struct {
+		ip   net.IP
+		want string
+	}{
+		{net.IPv6unspecified, "http://localhost:8080"},
+		{net.IPv4zero, "http://localhost:8080"},
+		{net.IPv4(127, 0, 0, 1), "http://127.0.0.1:8080"},
+		{net.IPv6loopback, "http://[::1]:8080"},
+		{net.IPv4(192, 0, 2, 7), "http://192.0.2.7:8080"},
+	} {
+		if got := baseURL(&net.TCPAddr{IP: c.ip, Port: 8080}); got != c.want {
+			t.Errorf("baseURL(%v) = %s, want %s", c.ip, got, c.want)
+		}
 	}
 }
 

@@ -436,12 +436,10 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	dash.SetOnRevoke(srv.RefreshAuth)
 	dispatcher.SetEntitled(srv.Entitlement)
 
-	base := "http://" + ln.Addr().String()
+	base := baseURL(ln.Addr())
 	log.Info("listening", "addr", ln.Addr().String(), "docs", base+"/docs")
-	if cfg.demo {
-		if err := demoAccount(ctx, store, base, cfg, stdout); err != nil {
-			return err
-		}
+	if err := demoAccount(ctx, store, base, cfg, stdout); err != nil {
+		return err
 	}
 
 	// Background work stops after the HTTP server has drained.
@@ -842,9 +840,21 @@ func cliCommand(arg0 string) string {
 // DemoEmail is the account serve creates on a fresh database.
 const DemoEmail = "demo@coinpulse.local"
 
+// baseURL is the URL to print for the listener at addr: a wildcard
+// address (--addr :8080) is shown as localhost, which reaches it from the
+// machine it runs on, where http://[::]:8080 or http://0.0.0.0:8080
+// would not work everywhere.
+func baseURL(addr net.Addr) string {
+	if a, ok := addr.(*net.TCPAddr); ok && a.IP.IsUnspecified() {
+		return "http://" + net.JoinHostPort("localhost", strconv.Itoa(a.Port))
+	}
+	return "http://" + addr.String()
+}
+
 // demoAccount creates the demo account with a live and a sandbox key on a
-// fresh database (one without users) and prints them with a ready curl
-// line; on later starts it prints how to get a key.
+// fresh database (one without users) under --demo, and prints them with a
+// ready curl line; on later starts, or without --demo, it prints how to
+// get a key.
 func demoAccount(ctx context.Context, store coinpulse.Store, base string, cfg serveConfig, stdout io.Writer) error {
 	dbArg := ""
 	if cfg.db != "" {
@@ -871,6 +881,10 @@ func demoAccount(ctx context.Context, store coinpulse.Store, base string, cfg se
 			return err
 		}
 		fmt.Fprintf(stdout, "\nCoinpulse is starting on %s (no demo account: --demo makes one only on a fresh database).\nCreate a key for an account with:\n  %s keys create --email <e-mail>%s\n\n", base, cli, dbArg)
+		return nil
+	}
+	if !cfg.demo {
+		fmt.Fprintf(stdout, "\nCoinpulse is starting on %s with no accounts (--demo=false).\nCreate an account and a key for it with:\n  %s users create --email <e-mail> --tier <tier>%s\n  %s keys create --email <e-mail>%s\n\n", base, cli, dbArg, cli, dbArg)
 		return nil
 	}
 	u := &coinpulse.User{Email: DemoEmail, Tier: coinpulse.TierPro}
