@@ -4,6 +4,9 @@ import (
 	"context"
 	"strings"
 	"time"
+	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // Tier is a subscription level; what it allows comes from its Plan.
@@ -42,6 +45,21 @@ type User struct {
 	TierExpiresAt *time.Time
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
+}
+
+// EmailKey is the form e-mail addresses are compared in, so that one
+// address is one account however it is typed: Unicode NFC (a precomposed
+// "ä" and "a" with a combining diaeresis are one letter), then lower case
+// by Unicode's rules (both engines' lower() fold ASCII only, or by the
+// database's locale). Both stores keep it beside the address as typed,
+// unique; the dashboard's log-in throttle counts failures by it.
+func EmailKey(email string) string {
+	for i := 0; i < len(email); i++ {
+		if email[i] >= utf8.RuneSelf {
+			return norm.NFC.String(strings.ToLower(norm.NFC.String(email)))
+		}
+	}
+	return strings.ToLower(email) // ASCII: NFC already, and cheap
 }
 
 // SubscriptionExpired reports whether u holds a paid tier whose expiry is
@@ -144,12 +162,12 @@ func (k *APIKey) Display() string { return k.Prefix + "…" + k.Last4 }
 // AccountStore persists users and their keys.
 type AccountStore interface {
 	// CreateUser inserts u, setting its ID and times. An e-mail already in
-	// use (compared case-insensitively) is a CONFLICT error.
+	// use (compared by EmailKey) is a CONFLICT error.
 	CreateUser(ctx context.Context, u *User) error
 	// UserByID returns the user, or RESOURCE_NOT_FOUND.
 	UserByID(ctx context.Context, id int64) (*User, error)
-	// UserByEmail returns the user with that e-mail (case-insensitive), or
-	// RESOURCE_NOT_FOUND.
+	// UserByEmail returns the user with that e-mail (compared by
+	// EmailKey), or RESOURCE_NOT_FOUND.
 	UserByEmail(ctx context.Context, email string) (*User, error)
 	// HasUsers reports whether the store holds any user.
 	HasUsers(ctx context.Context) (bool, error)

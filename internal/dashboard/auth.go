@@ -56,7 +56,7 @@ type limit struct {
 }
 
 func emailLimit(email string) limit {
-	return limit{"email:" + strings.ToLower(email), MaxAccountFailures, ThrottleWindow, "failed log-in attempts", "account"}
+	return limit{"email:" + coinpulse.EmailKey(email), MaxAccountFailures, ThrottleWindow, "failed log-in attempts", "account"}
 }
 
 func (d *Dashboard) ipLimit(r *http.Request) limit {

@@ -1515,3 +1515,17 @@ func TestHTTPSOnly(t *testing.T) {
 		}
 	}
 }
+
+// The log-in throttle counts an address's failures as one however it is
+// typed, as the stores compare addresses (coinpulse.EmailKey).
+func TestThrottledEmail(t *testing.T) {
+	want := emailLimit("ärger@bücher.example").key
+	for _, email := range []string{"Ärger@Bücher.example", "ÄRGER@BÜCHER.EXAMPLE", "A\u0308rger@Bu\u0308cher.example"} {
+		if got := emailLimit(email).key; got != want {
+			t.Errorf("emailLimit(%q) counts under %q, want %q", email, got, want)
+		}
+	}
+	if got := emailLimit("arger@bucher.example").key; got == want {
+		t.Errorf("arger@bucher.example counts with ärger@bücher.example")
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -168,6 +169,11 @@ func (db *DB) migrate(ctx context.Context) error {
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return err
 			}
+			if after := afterMigration[m.Version]; after != nil {
+				if err := after(ctx, tx); err != nil {
+					return err
+				}
+			}
 			_, err = tx.Exec(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)`,
 				m.Version, truncate(db.now()))
 			return err
@@ -184,6 +190,51 @@ func (db *DB) migrate(ctx context.Context) error {
 		return fmt.Errorf("read schema_migrations: %w", err)
 	}
 	return migrate.CheckNotNewer(newest, ms)
+}
+
+// afterMigration holds the Go steps of migrations SQL cannot finish,
+// each run after its file in the file's transaction.
+var afterMigration = map[int64]func(context.Context, pgx.Tx) error{
+	12: keyEmails,
+}
+
+// keyEmails sets the email_key of the addresses 0012_email_key.sql left
+// unkeyed (those with a non-ASCII character), oldest account first. Of two
+// accounts whose addresses differed only in a way EmailKey ignores, the
+// older keeps the address's key; the later one's key is prefixed with its
+// id ("#42 ärger@example.com"), which no address matches: its API keys
+// keep working, but the address (dashboard log-in, the CLI's --email)
+// reaches the older account.
+func keyEmails(ctx context.Context, tx pgx.Tx) error {
+	rows, err := tx.Query(ctx, `SELECT id, email FROM users WHERE email_key IS NULL ORDER BY id`)
+	if err != nil {
+		return err
+	}
+	type user struct {
+		id    int64
+		email string
+	}
+	users, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (user, error) {
+		var u user
+		return u, r.Scan(&u.id, &u.email)
+	})
+	if err != nil {
+		return err
+	}
+	for _, u := range users {
+		key := coinpulse.EmailKey(u.email)
+		var taken bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM users WHERE email_key = $1)`, key).Scan(&taken); err != nil {
+			return err
+		}
+		if taken {
+			key = "#" + strconv.FormatInt(u.id, 10) + " " + key
+		}
+		if _, err := tx.Exec(ctx, `UPDATE users SET email_key = $1 WHERE id = $2`, key, u.id); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // truncate returns t as it reads back from the database: UTC, whole

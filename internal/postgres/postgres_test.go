@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -313,5 +314,57 @@ func TestOpenRefusesANewerSchema(t *testing.T) {
 	}
 	if _, err := openSchema(t, url, schema); err == nil || !strings.Contains(err.Error(), "version 9999, newer than this binary's") {
 		t.Errorf("opening a schema at version 9999: %v", err)
+	}
+}
+
+// Migration 12 keys the addresses of a version-11 database by
+// coinpulse.EmailKey: ASCII ones in SQL, the others in Go; of two accounts
+// the old index let apart that EmailKey folds together, the older keeps
+// the address.
+func TestMigrationKeysEmails(t *testing.T) {
+	url, schema := newSchema(t)
+	db, err := openSchema(t, url, schema)
+	if err != nil {
+		t.Fatalf("OpenConfig: %v", err)
+	}
+	// Back to version 11. Its index on lower(email) folded by the
+	// database's locale, which a test cannot choose: a unique index on
+	// email stands in for it, letting in accounts a C locale would have.
+	for _, q := range []string{
+		`DROP INDEX users_email_key`,
+		`ALTER TABLE users DROP COLUMN email_key`,
+		`CREATE UNIQUE INDEX users_email_lower_key ON users (email)`,
+		`DELETE FROM schema_migrations WHERE version = 12`,
+		`INSERT INTO users (email, created_at, updated_at) VALUES ('Kate@Example.com', now(), now()), ('Ärger@example.com', now(), now()),
+			('ärger@example.com', now(), now()), ('` + "\u212A" + `ate@example.com', now(), now()), ('Zoe` + "\u0308" + `@example.com', now(), now())`,
+	} {
+		if _, err := db.pool.Exec(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	db, err = openSchema(t, url, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := db.pool.Query(t.Context(), `SELECT email_key FROM users ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"kate@example.com", "ärger@example.com", "#3 ärger@example.com", "#4 kate@example.com", "zoë@example.com"}
+	if !slices.Equal(keys, want) {
+		t.Errorf("email keys %q, want %q", keys, want)
+	}
+	for email, id := range map[string]int64{"ÄRGER@example.com": 2, "KATE@example.com": 1, "zoë@EXAMPLE.com": 5} {
+		if u, err := db.UserByEmail(t.Context(), email); err != nil || u.ID != id {
+			t.Errorf("UserByEmail(%s): %+v, %v; want user %d", email, u, err, id)
+		}
+	}
+	if err := db.CreateUser(t.Context(), &coinpulse.User{Email: "ZOË@example.com"}); coinpulse.ErrorCode(err) != coinpulse.CodeConflict {
+		t.Errorf("a sign-up as ZOË after the migration: %v, want CONFLICT", err)
 	}
 }

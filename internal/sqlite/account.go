@@ -33,7 +33,7 @@ func scanUser(s scanner) (*coinpulse.User, error) {
 // CreateUser inserts u and sets its ID, CreatedAt (kept when set, else
 // now) and UpdatedAt (= CreatedAt); an empty Tier becomes free, and times
 // are truncated to microseconds in UTC. An e-mail already in use, compared
-// case-insensitively, is a CONFLICT error; an unknown tier a
+// by coinpulse.EmailKey, is a CONFLICT error; an unknown tier a
 // VALIDATION_ERROR.
 func (db *DB) CreateUser(ctx context.Context, u *coinpulse.User) error {
 	if u.Tier == "" {
@@ -49,10 +49,10 @@ func (db *DB) CreateUser(ctx context.Context, u *coinpulse.User) error {
 	u.UpdatedAt = u.CreatedAt
 	u.TierExpiresAt = truncatePtr(u.TierExpiresAt)
 	err := db.db.QueryRowContext(ctx, `
-		INSERT INTO users (email, password_hash, tier, tier_expires_at, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?)
+		INSERT INTO users (email, email_key, password_hash, tier, tier_expires_at, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?)
 		RETURNING id`,
-		u.Email, u.PasswordHash, u.Tier, nullMicros(u.TierExpiresAt), micros(u.CreatedAt), micros(u.UpdatedAt),
+		u.Email, coinpulse.EmailKey(u.Email), u.PasswordHash, u.Tier, nullMicros(u.TierExpiresAt), micros(u.CreatedAt), micros(u.UpdatedAt),
 	).Scan(&u.ID)
 	if isUniqueViolation(err) {
 		return coinpulse.ErrEmailTaken(err)
@@ -75,10 +75,10 @@ func (db *DB) UserByID(ctx context.Context, id int64) (*coinpulse.User, error) {
 	return u, nil
 }
 
-// UserByEmail returns the user with that e-mail address, compared
-// case-insensitively, or a RESOURCE_NOT_FOUND error.
+// UserByEmail returns the user with that e-mail address, compared by
+// coinpulse.EmailKey, or a RESOURCE_NOT_FOUND error.
 func (db *DB) UserByEmail(ctx context.Context, email string) (*coinpulse.User, error) {
-	u, err := scanUser(db.db.QueryRowContext(ctx, `SELECT `+userColumns+` FROM users WHERE lower(email) = lower(?)`, email))
+	u, err := scanUser(db.db.QueryRowContext(ctx, `SELECT `+userColumns+` FROM users WHERE email_key = ?`, coinpulse.EmailKey(email)))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, coinpulse.ErrUserNotFound()
 	}

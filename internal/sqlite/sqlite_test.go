@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -286,5 +287,62 @@ func TestOpenRefusesANewerSchema(t *testing.T) {
 			db.Close()
 		}
 		t.Errorf("opening a database at version 9999: %v", err)
+	}
+}
+
+// Migration 12 keys the addresses of a version-11 database by
+// coinpulse.EmailKey: ASCII ones in SQL, the others in Go; of two accounts
+// the old index let apart that EmailKey folds together, the older keeps
+// the address.
+func TestMigrationKeysEmails(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "coinpulse.db")
+	db, err := Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Back to version 11: the index on lower(email), which folds ASCII
+	// only, and the accounts it let in.
+	for _, q := range []string{
+		`DROP INDEX users_email_key`,
+		`ALTER TABLE users DROP COLUMN email_key`,
+		`CREATE UNIQUE INDEX users_email_lower_key ON users (lower(email))`,
+		`DELETE FROM schema_migrations WHERE version = 12`,
+		`INSERT INTO users (email, created_at, updated_at) VALUES ('Kate@Example.com', 0, 0), ('Ärger@example.com', 0, 0),
+			('ärger@example.com', 0, 0), ('` + "\u212A" + `ate@example.com', 0, 0), ('Zoe` + "\u0308" + `@example.com', 0, 0)`,
+	} {
+		if _, err := db.db.ExecContext(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	db, err = Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.db.QueryContext(t.Context(), `SELECT email_key FROM users ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	rows.Close()
+	want := []string{"kate@example.com", "ärger@example.com", "#3 ärger@example.com", "#4 kate@example.com", "zoë@example.com"}
+	if !slices.Equal(keys, want) {
+		t.Errorf("email keys %q, want %q", keys, want)
+	}
+	for email, id := range map[string]int64{"ÄRGER@example.com": 2, "KATE@example.com": 1, "zoë@EXAMPLE.com": 5} {
+		if u, err := db.UserByEmail(t.Context(), email); err != nil || u.ID != id {
+			t.Errorf("UserByEmail(%s): %+v, %v; want user %d", email, u, err, id)
+		}
+	}
+	if err := db.CreateUser(t.Context(), &coinpulse.User{Email: "ZOË@example.com"}); coinpulse.ErrorCode(err) != coinpulse.CodeConflict {
+		t.Errorf("a sign-up as ZOË after the migration: %v, want CONFLICT", err)
 	}
 }

@@ -314,6 +314,23 @@ func testDuplicateEmail(t *testing.T, s coinpulse.Store) {
 	if got.ID != first.ID {
 		t.Errorf("UserByEmail found user %d, want the first, %d", got.ID, first.ID)
 	}
+
+	// Beyond ASCII, the same: Unicode lower case, and one letter however
+	// it is composed (precomposed Ä, or A and a combining diaeresis).
+	// Neither engine's lower() did this.
+	umlaut := newUser(t, s, "Ärger@Bücher.example")
+	for _, email := range []string{"ärger@bücher.example", "ÄRGER@BÜCHER.EXAMPLE", "A\u0308rger@Bu\u0308cher.example", "a\u0308rger@bu\u0308cher.example"} {
+		wantCode(t, s.CreateUser(t.Context(), &coinpulse.User{Email: email, CreatedAt: t0}), coinpulse.CodeConflict)
+		got, err := s.UserByEmail(t.Context(), email)
+		if err != nil || got.ID != umlaut.ID || got.Email != "Ärger@Bücher.example" {
+			t.Errorf("UserByEmail(%q) = %+v, %v; want user %d as typed at sign-up", email, got, err, umlaut.ID)
+		}
+	}
+	// The Kelvin sign lowers to an ASCII k.
+	newUser(t, s, "kate@example.com")
+	wantCode(t, s.CreateUser(t.Context(), &coinpulse.User{Email: "\u212Aate@example.com", CreatedAt: t0}), coinpulse.CodeConflict)
+	// Letters that only look alike stay apart.
+	newUser(t, s, "arger@bucher.example")
 }
 
 func testUserNotFound(t *testing.T, s coinpulse.Store) {
