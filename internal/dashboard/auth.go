@@ -2,6 +2,8 @@ package dashboard
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +12,7 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"coinpulse"
@@ -55,8 +58,13 @@ type limit struct {
 	name   string // the limit in the log: account, address or signups
 }
 
+// emailLimit counts an address's failures under a digest of its
+// coinpulse.EmailKey: a log-in's address is whatever was typed (a NUL,
+// kilobytes: PostgreSQL refuses both in a key), and need not sit in the
+// table as typed.
 func emailLimit(email string) limit {
-	return limit{"email:" + coinpulse.EmailKey(email), MaxAccountFailures, ThrottleWindow, "failed log-in attempts", "account"}
+	sum := sha256.Sum256([]byte(coinpulse.EmailKey(email)))
+	return limit{"email:" + hex.EncodeToString(sum[:16]), MaxAccountFailures, ThrottleWindow, "failed log-in attempts", "account"}
 }
 
 func (d *Dashboard) ipLimit(r *http.Request) limit {
@@ -193,14 +201,22 @@ func (d *Dashboard) release(ctx context.Context, limits []limit, ths []*coinpuls
 }
 
 // ValidEmail reports whether s is a bare address with a domain, as a
-// sign-up needs (the operator CLI applies it too).
+// sign-up needs (the operator CLI applies it too). Beyond what net/mail
+// reads as an address, it refuses control, format and separator
+// characters (U+0085, a right-to-left mark, a no-break space): invisible
+// or unprintable, they would let "demo\u200f@example.com" pass for
+// another account's address.
 func ValidEmail(s string) bool {
-	if len(s) > 254 || strings.ContainsAny(s, " <>\"") {
+	if len(s) > 254 || strings.ContainsAny(s, " <>\"") || strings.ContainsFunc(s, invisible) {
 		return false
 	}
 	a, err := mail.ParseAddress(s)
 	return err == nil && a.Address == s && strings.Contains(s[strings.LastIndexByte(s, '@'):], ".")
 }
+
+// invisible reports whether r is a control, format, private-use or
+// separator character.
+func invisible(r rune) bool { return unicode.In(r, unicode.C, unicode.Z) }
 
 // PasswordProblem says why a sign-up of the account email would refuse
 // pw, "" when it would not (the operator CLI applies it too): too short,

@@ -9,6 +9,8 @@ import (
 	"path"
 	"strconv"
 	"strings"
+
+	"coinpulse"
 )
 
 // Migration is one file NNNN_name.sql, applied in order of NNNN.
@@ -60,4 +62,53 @@ func CheckNotNewer(newest int64, ms []Migration) error {
 		return fmt.Errorf("the database's schema is at version %d, newer than this binary's %d: it was migrated by a newer Coinpulse; run that one (or a database of this version)", newest, last)
 	}
 	return nil
+}
+
+// Part is a run of a migration's SQL and the Go step after it ("" for
+// none): what SQL cannot do, such as keying rows by a Go function.
+type Part struct {
+	SQL  string
+	Step string
+}
+
+// stepMarker starts a line of a migration naming a Go step.
+const stepMarker = "-- go: "
+
+// Parts splits m's SQL at its lines "-- go: NAME": each part is the SQL up
+// to such a line and the step it names; the last part has no step. An
+// engine runs them in order, in the migration's transaction.
+func (m Migration) Parts() []Part {
+	var parts []Part
+	var sql strings.Builder
+	for line := range strings.Lines(m.SQL) {
+		if name, ok := strings.CutPrefix(line, stepMarker); ok {
+			parts = append(parts, Part{SQL: sql.String(), Step: strings.TrimSpace(name)})
+			sql.Reset()
+			continue
+		}
+		sql.WriteString(line)
+	}
+	return append(parts, Part{SQL: sql.String()})
+}
+
+// KeyEmails returns the email_key of each of the users ids (ascending)
+// with the addresses emails, for the migration that added it: each
+// address's coinpulse.EmailKey, except that where two accounts' addresses
+// have one key (the schema before let them apart), the first account
+// (the lowest id) keeps it and a later one gets "#ID KEY" ("#42
+// ärger@example.com"). No valid address has that form, so sign-ups
+// cannot take it, and a log-in or the CLI's --email reaches the account
+// by it.
+func KeyEmails(ids []int64, emails []string) []string {
+	keys := make([]string, len(ids))
+	taken := make(map[string]bool, len(ids))
+	for i, email := range emails {
+		key := coinpulse.EmailKey(email)
+		for taken[key] {
+			key = "#" + strconv.FormatInt(ids[i], 10) + " " + key
+		}
+		taken[key] = true
+		keys[i] = key
+	}
+	return keys
 }

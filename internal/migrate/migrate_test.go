@@ -1,6 +1,7 @@
 package migrate
 
 import (
+	"slices"
 	"testing"
 	"testing/fstest"
 )
@@ -26,5 +27,30 @@ func TestRead(t *testing.T) {
 		if _, err := Read(fsys, "m"); err == nil {
 			t.Errorf("%s: Read succeeded", name)
 		}
+	}
+}
+
+// A migration's "-- go: NAME" lines split it into parts, each the SQL
+// before a step.
+func TestParts(t *testing.T) {
+	m := Migration{SQL: "ALTER TABLE a ADD b;\n-- go: fill\nCREATE INDEX c;\n-- go: check \nDROP d;\n"}
+	want := []Part{{"ALTER TABLE a ADD b;\n", "fill"}, {"CREATE INDEX c;\n", "check"}, {"DROP d;\n", ""}}
+	if got := m.Parts(); !slices.Equal(got, want) {
+		t.Errorf("Parts() = %q, want %q", got, want)
+	}
+	if got := (Migration{SQL: "SELECT 1; -- go: not a step\n"}).Parts(); len(got) != 1 || got[0].Step != "" {
+		t.Errorf("a marker inside a line: %q", got)
+	}
+}
+
+// The first account keeps its address's key; later ones with the same
+// key get "#ID KEY", which collides with nothing, even an address that
+// looks like one.
+func TestKeyEmails(t *testing.T) {
+	ids := []int64{1, 2, 3, 5, 8}
+	emails := []string{"\u212Aate@example.com", "Kate@Example.com", "#5 kate@example.com", "KATE@example.com", "bob@example.com"}
+	want := []string{"kate@example.com", "#2 kate@example.com", "#5 kate@example.com", "#5 #5 kate@example.com", "bob@example.com"}
+	if got := KeyEmails(ids, emails); !slices.Equal(got, want) {
+		t.Errorf("KeyEmails = %q, want %q", got, want)
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -36,6 +38,9 @@ func (db *DB) CreateUser(ctx context.Context, u *coinpulse.User) error {
 	}
 	if _, err := coinpulse.ParseTier(string(u.Tier)); err != nil {
 		return err
+	}
+	if strings.ContainsRune(u.Email, 0) || !utf8.ValidString(u.Email) {
+		return coinpulse.ValidationError("email", "must be UTF-8 text without NUL")
 	}
 	if u.CreatedAt.IsZero() {
 		u.CreatedAt = db.now()
@@ -73,6 +78,9 @@ func (db *DB) UserByID(ctx context.Context, id int64) (*coinpulse.User, error) {
 // UserByEmail returns the user with that e-mail address, compared by
 // coinpulse.EmailKey, or a RESOURCE_NOT_FOUND error.
 func (db *DB) UserByEmail(ctx context.Context, email string) (*coinpulse.User, error) {
+	if strings.ContainsRune(email, 0) { // PostgreSQL's text cannot hold one, so no address has one
+		return nil, coinpulse.ErrUserNotFound()
+	}
 	u, err := scanUser(db.pool.QueryRow(ctx, `SELECT `+userColumns+` FROM users WHERE email_key = $1`, coinpulse.EmailKey(email)))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, coinpulse.ErrUserNotFound()

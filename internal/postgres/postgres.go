@@ -13,7 +13,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -166,12 +165,19 @@ func (db *DB) migrate(ctx context.Context) error {
 			if err != nil || applied {
 				return err
 			}
-			if _, err := tx.Exec(ctx, m.SQL); err != nil {
-				return err
-			}
-			if after := afterMigration[m.Version]; after != nil {
-				if err := after(ctx, tx); err != nil {
+			for _, part := range m.Parts() {
+				if _, err := tx.Exec(ctx, part.SQL); err != nil {
 					return err
+				}
+				if part.Step == "" {
+					continue
+				}
+				step, ok := migrationSteps[part.Step]
+				if !ok {
+					return fmt.Errorf("no Go step %q", part.Step)
+				}
+				if err := step(ctx, tx); err != nil {
+					return fmt.Errorf("step %s: %w", part.Step, err)
 				}
 			}
 			_, err = tx.Exec(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)`,
@@ -192,45 +198,36 @@ func (db *DB) migrate(ctx context.Context) error {
 	return migrate.CheckNotNewer(newest, ms)
 }
 
-// afterMigration holds the Go steps of migrations SQL cannot finish,
-// each run after its file in the file's transaction.
-var afterMigration = map[int64]func(context.Context, pgx.Tx) error{
-	12: keyEmails,
+// migrationSteps are the Go steps migrations name ("-- go: NAME").
+var migrationSteps = map[string]func(context.Context, pgx.Tx) error{
+	"keyEmails": keyEmails,
 }
 
-// keyEmails sets the email_key of the addresses 0012_email_key.sql left
-// unkeyed (those with a non-ASCII character), oldest account first. Of two
-// accounts whose addresses differed only in a way EmailKey ignores, the
-// older keeps the address's key; the later one's key is prefixed with its
-// id ("#42 ärger@example.com"), which no address matches: its API keys
-// keep working, but the address (dashboard log-in, the CLI's --email)
-// reaches the older account.
+// keyEmails sets every account's email_key (0012_email_key.sql), as
+// migrate.KeyEmails says, in updates of up to 10,000 accounts.
 func keyEmails(ctx context.Context, tx pgx.Tx) error {
-	rows, err := tx.Query(ctx, `SELECT id, email FROM users WHERE email_key IS NULL ORDER BY id`)
+	rows, err := tx.Query(ctx, `SELECT id, email FROM users ORDER BY id`)
 	if err != nil {
 		return err
 	}
-	type user struct {
-		id    int64
-		email string
-	}
-	users, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (user, error) {
-		var u user
-		return u, r.Scan(&u.id, &u.email)
+	var ids []int64
+	var emails []string
+	var id int64
+	var email string
+	_, err = pgx.ForEachRow(rows, []any{&id, &email}, func() error {
+		ids, emails = append(ids, id), append(emails, email)
+		return nil
 	})
 	if err != nil {
 		return err
 	}
-	for _, u := range users {
-		key := coinpulse.EmailKey(u.email)
-		var taken bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM users WHERE email_key = $1)`, key).Scan(&taken); err != nil {
-			return err
-		}
-		if taken {
-			key = "#" + strconv.FormatInt(u.id, 10) + " " + key
-		}
-		if _, err := tx.Exec(ctx, `UPDATE users SET email_key = $1 WHERE id = $2`, key, u.id); err != nil {
+	keys := migrate.KeyEmails(ids, emails)
+	const batch = 10000
+	for lo := 0; lo < len(ids); lo += batch {
+		hi := min(lo+batch, len(ids))
+		_, err := tx.Exec(ctx, `UPDATE users SET email_key = v.key
+			FROM unnest($1::bigint[], $2::text[]) AS v(id, key) WHERE users.id = v.id`, ids[lo:hi], keys[lo:hi])
+		if err != nil {
 			return err
 		}
 	}

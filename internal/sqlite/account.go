@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"coinpulse"
 )
@@ -41,6 +43,9 @@ func (db *DB) CreateUser(ctx context.Context, u *coinpulse.User) error {
 	}
 	if _, err := coinpulse.ParseTier(string(u.Tier)); err != nil {
 		return err
+	}
+	if strings.ContainsRune(u.Email, 0) || !utf8.ValidString(u.Email) { // as PostgreSQL's text
+		return coinpulse.ValidationError("email", "must be UTF-8 text without NUL")
 	}
 	if u.CreatedAt.IsZero() {
 		u.CreatedAt = db.now()

@@ -197,12 +197,19 @@ func (db *DB) migrate(ctx context.Context) error {
 			if err != nil || n > 0 {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
-				return err
-			}
-			if after := afterMigration[m.Version]; after != nil {
-				if err := after(ctx, tx); err != nil {
+			for _, part := range m.Parts() {
+				if _, err := tx.ExecContext(ctx, part.SQL); err != nil {
 					return err
+				}
+				if part.Step == "" {
+					continue
+				}
+				step, ok := migrationSteps[part.Step]
+				if !ok {
+					return fmt.Errorf("no Go step %q", part.Step)
+				}
+				if err := step(ctx, tx); err != nil {
+					return fmt.Errorf("step %s: %w", part.Step, err)
 				}
 			}
 			_, err = tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`,
@@ -216,51 +223,40 @@ func (db *DB) migrate(ctx context.Context) error {
 	return nil
 }
 
-// afterMigration holds the Go steps of migrations SQL cannot finish,
-// each run after its file in the file's transaction.
-var afterMigration = map[int64]func(context.Context, *sql.Tx) error{
-	12: keyEmails,
+// migrationSteps are the Go steps migrations name ("-- go: NAME").
+var migrationSteps = map[string]func(context.Context, *sql.Tx) error{
+	"keyEmails": keyEmails,
 }
 
-// keyEmails sets the email_key of the addresses 0012_email_key.sql left
-// unkeyed (those with a non-ASCII character), oldest account first. Of two
-// accounts whose addresses differed only in a way EmailKey ignores, the
-// older keeps the address's key; the later one's key is prefixed with its
-// id ("#42 ärger@example.com"), which no address matches: its API keys
-// keep working, but the address (dashboard log-in, the CLI's --email)
-// reaches the older account.
+// keyEmails sets every account's email_key (0012_email_key.sql), as
+// migrate.KeyEmails says.
 func keyEmails(ctx context.Context, tx *sql.Tx) error {
-	rows, err := tx.QueryContext(ctx, `SELECT id, email FROM users WHERE email_key IS NULL ORDER BY id`)
+	rows, err := tx.QueryContext(ctx, `SELECT id, email FROM users ORDER BY id`)
 	if err != nil {
 		return err
 	}
-	type user struct {
-		id    int64
-		email string
-	}
-	var users []user
+	var ids []int64
+	var emails []string
 	for rows.Next() {
-		var u user
-		if err := rows.Scan(&u.id, &u.email); err != nil {
+		var id int64
+		var email string
+		if err := rows.Scan(&id, &email); err != nil {
 			rows.Close()
 			return err
 		}
-		users = append(users, u)
+		ids, emails = append(ids, id), append(emails, email)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	for _, u := range users {
-		key := coinpulse.EmailKey(u.email)
-		var taken bool
-		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM users WHERE email_key = ?)`, key).Scan(&taken); err != nil {
-			return err
-		}
-		if taken {
-			key = "#" + strconv.FormatInt(u.id, 10) + " " + key
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE users SET email_key = ? WHERE id = ?`, key, u.id); err != nil {
+	update, err := tx.PrepareContext(ctx, `UPDATE users SET email_key = ? WHERE id = ?`)
+	if err != nil {
+		return err
+	}
+	defer update.Close()
+	for i, key := range migrate.KeyEmails(ids, emails) {
+		if _, err := update.ExecContext(ctx, key, ids[i]); err != nil {
 			return err
 		}
 	}

@@ -331,6 +331,14 @@ func testDuplicateEmail(t *testing.T, s coinpulse.Store) {
 	wantCode(t, s.CreateUser(t.Context(), &coinpulse.User{Email: "\u212Aate@example.com", CreatedAt: t0}), coinpulse.CodeConflict)
 	// Letters that only look alike stay apart.
 	newUser(t, s, "arger@bucher.example")
+	// What PostgreSQL's text cannot hold is refused on both engines, and
+	// looked up as nobody (not an error).
+	for _, email := range []string{"a\x00b@example.com", "a\xffb@example.com"} {
+		wantCode(t, s.CreateUser(t.Context(), &coinpulse.User{Email: email, CreatedAt: t0}), coinpulse.CodeValidation)
+	}
+	if _, err := s.UserByEmail(t.Context(), "a\x00b@example.com"); !coinpulse.IsNotFound(err) {
+		t.Errorf("UserByEmail with a NUL: %v, want RESOURCE_NOT_FOUND", err)
+	}
 }
 
 func testUserNotFound(t *testing.T, s coinpulse.Store) {
