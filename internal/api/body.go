@@ -136,7 +136,7 @@ func (b *body) text(name string, required bool, min, max int) (s string, ok bool
 		b.fail(name, "must be a string")
 		return "", false
 	}
-	if loneSurrogate(v) {
+	if jsontext.LoneSurrogate(v) {
 		// encoding/json decodes a lone surrogate escape ("\ud800") to
 		// U+FFFD: the text would be stored other than it was sent.
 		b.fail(name, `must be valid Unicode: a \ud800-\udfff escape must be half of a surrogate pair`)
@@ -159,43 +159,6 @@ func (b *body) text(name string, required bool, min, max int) (s string, ok bool
 		return "", false
 	}
 	return s, true
-}
-
-// loneSurrogate reports whether the JSON string v escapes half of a
-// surrogate pair without the other half: a high one (\ud800-\udbff) not
-// followed at once by an escaped low one (\udc00-\udfff), or a low one
-// alone.
-func loneSurrogate(v []byte) bool {
-	hex4 := func(i int) (rune, bool) {
-		if i+6 > len(v) || v[i] != '\\' || v[i+1] != 'u' {
-			return 0, false
-		}
-		n, err := strconv.ParseUint(string(v[i+2:i+6]), 16, 16)
-		return rune(n), err == nil
-	}
-	for i := 0; i < len(v); i++ {
-		if v[i] != '\\' {
-			continue
-		}
-		r, ok := hex4(i)
-		if !ok {
-			i++ // \\, \", \n...: the escaped character is not an escape
-			continue
-		}
-		switch {
-		case r >= 0xDC00 && r <= 0xDFFF:
-			return true
-		case r >= 0xD800 && r <= 0xDBFF:
-			low, ok := hex4(i + 6)
-			if !ok || low < 0xDC00 || low > 0xDFFF {
-				return true
-			}
-			i += 11
-		default:
-			i += 5
-		}
-	}
-	return false
 }
 
 // plainDecimal is the error of an amount sent as a string that does not

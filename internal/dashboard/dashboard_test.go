@@ -844,6 +844,20 @@ func TestJSON(t *testing.T) {
 		`{"name":"x","mode":"test","permissions":["read"],"mode":"live"}`:  "mode",
 		"{\"name\":\"\xff\",\"mode\":\"live\",\"permissions\":[\"read\"]}": "body",
 		`{"name":"x","permissions":["read"]}`:                              "mode",
+		// Names match exactly, as the API's (an audit: encoding/json
+		// matched them case-insensitively, so MODE overrode mode).
+		`{"name":"a","mode":"test","MODE":"live","permissions":["read"]}`: "MODE",
+		`{"NAME":"x","mode":"live","permissions":["read"]}`:               "NAME",
+		// Nothing after the object, not even a closing bracket.
+		`{"name":"x","mode":"live","permissions":["read"]}]`:   "body",
+		`{"name":"x","mode":"live","permissions":["read"]}}`:   "body",
+		`{"name":"x","mode":"live","permissions":["read"]} {}`: "body",
+		`null`: "body",
+		``:     "body",
+		// A lone surrogate is refused, not stored as U+FFFD.
+		`{"name":"a\ud800","mode":"live","permissions":["read"]}`: "name",
+		`{"name":"x","mode":"live","permissions":["read\udc00"]}`: "permissions",
+		`{"name":"x","mode":"live","permissions":["read",7]}`:     "permissions",
 	} {
 		p := post("/user/api/data/keys", bad)
 		var e struct {

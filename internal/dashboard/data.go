@@ -1,15 +1,13 @@
 package dashboard
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"os"
-	"reflect"
+	"slices"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -198,11 +196,6 @@ func (d *Dashboard) dataCreateKey(w http.ResponseWriter, r *http.Request) {
 	if a == nil {
 		return
 	}
-	var body struct {
-		Name        string   `json:"name"`
-		Mode        string   `json:"mode"`
-		Permissions []string `json:"permissions"`
-	}
 	raw, err := io.ReadAll(r.Body)
 	var tooBig *http.MaxBytesError
 	switch {
@@ -213,35 +206,12 @@ func (d *Dashboard) dataCreateKey(w http.ResponseWriter, r *http.Request) {
 		d.jsonError(w, coinpulse.Errorf(coinpulse.CodeRequestTimeout, "The request body did not arrive in time: send the whole body promptly after the headers."))
 		return
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	var derr error
-	if err == nil && utf8.Valid(raw) {
-		derr = dec.Decode(&body)
-	}
-	var typeErr *json.UnmarshalTypeError
-	switch {
-	case err == nil && utf8.Valid(raw) && errors.As(derr, &typeErr) && typeErr.Field != "":
-		want := "a string"
-		if typeErr.Type.Kind() == reflect.Slice || strings.HasPrefix(typeErr.Field, "permissions") {
-			want = "an array of strings"
-		}
-		d.jsonError(w, coinpulse.ValidationError(strings.SplitN(typeErr.Field, ".", 2)[0], "must be "+want+", not a JSON "+typeErr.Value))
-		return
-	case derr != nil && strings.HasPrefix(derr.Error(), "json: unknown field "):
-		name, _ := strconv.Unquote(strings.TrimPrefix(derr.Error(), "json: unknown field "))
-		d.jsonError(w, coinpulse.ValidationError(name, "unknown field; the body takes name, mode and permissions"))
-		return
-	case err != nil || !utf8.Valid(raw) || derr != nil || dec.More():
-		msg := "The body must be one JSON object {\"name\", \"mode\", \"permissions\"}, in UTF-8."
-		d.jsonError(w, &coinpulse.Error{Code: coinpulse.CodeValidation, Message: msg, Details: []coinpulse.FieldError{{Field: "body", Message: msg}}})
+	name, mode, perms, err := keyBody(raw, err)
+	if err != nil {
+		d.jsonError(w, err)
 		return
 	}
-	if names := jsontext.RepeatedNames(raw); len(names) > 0 {
-		d.jsonError(w, coinpulse.ValidationError(names[0], "given more than once"))
-		return
-	}
-	req, err := validateKey(body.Name, body.Mode, body.Permissions)
+	req, err := validateKey(name, mode, perms)
 	if err != nil {
 		d.jsonError(w, err)
 		return
@@ -255,6 +225,62 @@ func (d *Dashboard) dataCreateKey(w http.ResponseWriter, r *http.Request) {
 	out := keyOf(k, d.now())
 	out.APIKey = plain
 	d.jsonData(w, http.StatusCreated, out)
+}
+
+// keyBody reads a key's JSON body, raw (read with readErr), as the API
+// reads one: a single object of UTF-8 text with only the fields name,
+// mode and permissions, matched exactly (encoding/json matches names
+// case-insensitively, so {"mode":"test","MODE":"live"} would make a live
+// key), none given twice, strings without a lone surrogate escape (which
+// encoding/json would store as U+FFFD), and nothing after the object.
+func keyBody(raw []byte, readErr error) (name, mode string, perms []string, err error) {
+	bodyErr := func() error {
+		msg := "The body must be one JSON object {\"name\", \"mode\", \"permissions\"}, in UTF-8."
+		return &coinpulse.Error{Code: coinpulse.CodeValidation, Message: msg, Details: []coinpulse.FieldError{{Field: "body", Message: msg}}}
+	}
+	var fields map[string]json.RawMessage
+	if readErr != nil || !utf8.Valid(raw) || json.Unmarshal(raw, &fields) != nil || fields == nil {
+		return "", "", nil, bodyErr()
+	}
+	var unknown []string
+	for f := range fields {
+		if f != "name" && f != "mode" && f != "permissions" {
+			unknown = append(unknown, f)
+		}
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		return "", "", nil, coinpulse.ValidationError(truncate(unknown[0], 50), "unknown field; the body takes name, mode and permissions")
+	}
+	if names := jsontext.RepeatedNames(raw); len(names) > 0 {
+		return "", "", nil, coinpulse.ValidationError(names[0], "given more than once")
+	}
+	read := func(field string, v any, want string) error {
+		raw, ok := fields[field]
+		if !ok {
+			return nil
+		}
+		var typeErr *json.UnmarshalTypeError
+		if err := json.Unmarshal(raw, v); errors.As(err, &typeErr) {
+			return coinpulse.ValidationError(field, "must be "+want+", not a JSON "+typeErr.Value)
+		} else if err != nil {
+			return bodyErr()
+		}
+		if jsontext.LoneSurrogate(raw) {
+			return coinpulse.ValidationError(field, `must be valid Unicode: a \ud800-\udfff escape must be half of a surrogate pair`)
+		}
+		return nil
+	}
+	if err := read("name", &name, "a string"); err != nil {
+		return "", "", nil, err
+	}
+	if err := read("mode", &mode, "a string"); err != nil {
+		return "", "", nil, err
+	}
+	if err := read("permissions", &perms, "an array of strings"); err != nil {
+		return "", "", nil, err
+	}
+	return name, mode, perms, nil
 }
 
 func (d *Dashboard) dataRevoke(w http.ResponseWriter, r *http.Request) {

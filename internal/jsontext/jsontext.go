@@ -1,12 +1,14 @@
 // Package jsontext holds the checks of a JSON request body that
 // encoding/json does not make: a name given twice in an object, which
-// json.Unmarshal accepts, keeping the last.
+// json.Unmarshal accepts, keeping the last, and a lone surrogate escape,
+// which it decodes to U+FFFD.
 package jsontext
 
 import (
 	"bytes"
 	"encoding/json"
 	"slices"
+	"strconv"
 )
 
 // RepeatedNames returns the names given more than once in the JSON object
@@ -37,4 +39,42 @@ func RepeatedNames(raw []byte) []string {
 		}
 	}
 	return repeated
+}
+
+// LoneSurrogate reports whether the JSON string v escapes half of a
+// surrogate pair without the other half: a high one (\ud800-\udbff) not
+// followed at once by an escaped low one (\udc00-\udfff), or a low one
+// alone. encoding/json decodes such an escape to U+FFFD without an
+// error, so a body that sent one would be stored other than it was sent.
+func LoneSurrogate(v []byte) bool {
+	hex4 := func(i int) (rune, bool) {
+		if i+6 > len(v) || v[i] != '\\' || v[i+1] != 'u' {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(string(v[i+2:i+6]), 16, 16)
+		return rune(n), err == nil
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] != '\\' {
+			continue
+		}
+		r, ok := hex4(i)
+		if !ok {
+			i++ // \\, \", \n...: the escaped character is not an escape
+			continue
+		}
+		switch {
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return true
+		case r >= 0xD800 && r <= 0xDBFF:
+			low, ok := hex4(i + 6)
+			if !ok || low < 0xDC00 || low > 0xDFFF {
+				return true
+			}
+			i += 11
+		default:
+			i += 5
+		}
+	}
+	return false
 }

@@ -22,3 +22,21 @@ func TestRepeatedNames(t *testing.T) {
 		}
 	}
 }
+
+func TestLoneSurrogate(t *testing.T) {
+	for v, want := range map[string]bool{
+		`"plain"`:              false,
+		`"\ud83d\ude00"`:       false, // a pair: 😀
+		`"a\ud800"`:            true,
+		`"\udc00b"`:            true,
+		`"\ud800\u0041"`:       true,
+		`"\\ud800"`:            false, // an escaped backslash, then text
+		`["read", "\ud800x"]`:  true,
+		`"\u00e9\ud83d\ude00"`: false,
+		`"\ud83d\ude00\ud83d"`: true,
+	} {
+		if got := LoneSurrogate([]byte(v)); got != want {
+			t.Errorf("LoneSurrogate(%s) = %v, want %v", v, got, want)
+		}
+	}
+}
