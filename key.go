@@ -136,10 +136,14 @@ func CheckKeyName(name string) (string, error) {
 	switch {
 	case name == "":
 		return "", ValidationError("name", "Give the key a name, such as the app that will use it.")
-	case utf8.RuneCountInString(name) > MaxKeyName || !utf8.ValidString(name):
+	case !utf8.ValidString(name):
+		return "", ValidationError("name", "A key name must be UTF-8 text.")
+	case utf8.RuneCountInString(name) > MaxKeyName:
 		return "", ValidationError("name", fmt.Sprintf("A key name is at most %d characters.", MaxKeyName))
 	case strings.IndexFunc(name, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
-		return "", ValidationError("name", "A key name cannot contain control characters.")
+		// A no-break space, a right-to-left mark, a private-use or an
+		// unassigned character: not control characters, but not seen.
+		return "", ValidationError("name", "A key name can contain only visible characters and spaces.")
 	}
 	return name, nil
 }

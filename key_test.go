@@ -98,3 +98,31 @@ func TestParsePermissionsAndTier(t *testing.T) {
 		t.Errorf("ParseTier(gold) = %v", err)
 	}
 }
+
+// Key names: 1 to 64 visible characters and spaces, each refusal saying
+// what is wrong with the name.
+func TestCheckKeyName(t *testing.T) {
+	for name, want := range map[string]string{
+		"  my app  ":            "my app",
+		"ünïcödé ✓":             "ünïcödé ✓",
+		strings.Repeat("é", 64): strings.Repeat("é", 64),
+		"":                      "Give the key a name",
+		"   ":                   "Give the key a name",
+		strings.Repeat("é", 65): "at most 64 characters",
+		"a\xffb":                "must be UTF-8 text",
+		"a\tb":                  "cannot contain control characters",
+		"a\u0085b":              "cannot contain control characters",
+		"a\u00a0b":              "only visible characters and spaces",
+		"a\u200fb":              "only visible characters and spaces",
+		"a\ue000b":              "only visible characters and spaces",
+		"a\uffffb":              "only visible characters and spaces",
+	} {
+		got, err := CheckKeyName(name)
+		if err != nil {
+			got = err.Error()
+		}
+		if !strings.Contains(got, want) {
+			t.Errorf("CheckKeyName(%q) = %q, want %q", name, got, want)
+		}
+	}
+}

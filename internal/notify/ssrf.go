@@ -202,7 +202,8 @@ func CheckURL(ctx context.Context, rawURL string, allowPrivate bool, resolver *n
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return fmt.Errorf("the URL is not valid: %v", err)
+		// net/url's errors name the package ("net/url: invalid userinfo").
+		return fmt.Errorf("the URL is not valid: %s", strings.TrimPrefix(err.Error(), "net/url: "))
 	}
 	switch strings.ToLower(u.Scheme) {
 	case "http", "https":

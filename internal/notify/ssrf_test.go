@@ -412,6 +412,9 @@ func TestCheckURL(t *testing.T) {
 		{"https://example.com:abc/", "the URL is not valid: …"},
 		{"https://exa mple.com/", "the URL is not valid: …"},
 		{"https://[::1/", "the URL is not valid: …"},
+		// net/url's errors without its name (an audit).
+		{"http://127.0.0.1:9\\@evil.com/", "the URL is not valid: invalid userinfo"},
+		{"http://example.com/\thook", "the URL is not valid: invalid control character in URL"},
 		{"https://bücher.example/", "the host must be written in ASCII (use the xn-- form of an international domain name)"},
 		{"http://127.1/", "the host looks like an IPv4 address but is not one in the usual a.b.c.d form"},
 		{"http://2130706433/", "the host looks like an IPv4 address but is not one in the usual a.b.c.d form"},
