@@ -561,6 +561,10 @@ func TestServeRejectsBadConfig(t *testing.T) {
 // WriteTimeout; larger ones (the OpenAPI document) the API's pace too.
 func TestServeCutsOffAStalledReader(t *testing.T) {
 	s := startServe(t, "--db", "sqlite:"+filepath.Join(t.TempDir(), "coinpulse.db"), "--demo=false", "--write-timeout", "1s")
+	// --demo=false on a fresh database says how to start (it printed nothing).
+	if out := s.stdout.String(); !strings.Contains(out, "with no accounts (--demo=false)") || !strings.Contains(out, " users create --email <e-mail>") {
+		t.Errorf("serve --demo=false printed:\n%s", out)
+	}
 	for _, c := range []struct {
 		path string
 		n    int
