@@ -53,13 +53,32 @@ type User struct {
 // by Unicode's rules (both engines' lower() fold ASCII only, or by the
 // database's locale). Both stores keep it beside the address as typed,
 // unique; the dashboard's log-in throttle counts failures by it.
+//
+// An address that is not UTF-8 (only one stored before sign-up checked
+// it can be) has its ASCII letters lowered and every other byte kept:
+// strings.ToLower would make each invalid byte U+FFFD, so that
+// "\xc4rger@…" and "\xd6rger@…" (Latin-1 text) would be one address.
 func EmailKey(email string) string {
 	for i := 0; i < len(email); i++ {
 		if email[i] >= utf8.RuneSelf {
+			if !utf8.ValidString(email) {
+				return asciiLower(email)
+			}
 			return norm.NFC.String(strings.ToLower(norm.NFC.String(email)))
 		}
 	}
 	return strings.ToLower(email) // ASCII: NFC already, and cheap
+}
+
+// asciiLower lowers the ASCII letters of s and keeps every other byte.
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 // SubscriptionExpired reports whether u holds a paid tier whose expiry is

@@ -143,7 +143,7 @@ func CheckKeyName(name string) (string, error) {
 	case strings.IndexFunc(name, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
 		// A no-break space, a right-to-left mark, a private-use or an
 		// unassigned character: not control characters, but not seen.
-		return "", ValidationError("name", "A key name can contain only visible characters and spaces.")
+		return "", ValidationError("name", "A key name can contain only visible characters and ASCII spaces.")
 	}
 	return name, nil
 }

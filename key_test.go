@@ -112,10 +112,10 @@ func TestCheckKeyName(t *testing.T) {
 		"a\xffb":                "must be UTF-8 text",
 		"a\tb":                  "cannot contain control characters",
 		"a\u0085b":              "cannot contain control characters",
-		"a\u00a0b":              "only visible characters and spaces",
-		"a\u200fb":              "only visible characters and spaces",
-		"a\ue000b":              "only visible characters and spaces",
-		"a\uffffb":              "only visible characters and spaces",
+		"a\u00a0b":              "only visible characters and ASCII spaces",
+		"a\u200fb":              "only visible characters and ASCII spaces",
+		"a\ue000b":              "only visible characters and ASCII spaces",
+		"a\uffffb":              "only visible characters and ASCII spaces",
 	} {
 		got, err := CheckKeyName(name)
 		if err != nil {

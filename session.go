@@ -22,8 +22,8 @@ type Session struct {
 }
 
 // Throttle is the count kept under one key in a fixed window starting at
-// WindowStart: failed log-ins under "email:<lower e-mail>" and
-// "ip:<address>", sign-ups under "signup:<address>".
+// WindowStart: failed log-ins under "email:<digest of the address's
+// EmailKey>" and "ip:<address>", sign-ups under "signup:<address>".
 type Throttle struct {
 	Key         string
 	Failures    int

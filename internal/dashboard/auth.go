@@ -207,16 +207,29 @@ func (d *Dashboard) release(ctx context.Context, limits []limit, ths []*coinpuls
 // or unprintable, they would let "demo\u200f@example.com" pass for
 // another account's address.
 func ValidEmail(s string) bool {
-	if len(s) > 254 || strings.ContainsAny(s, " <>\"") || strings.ContainsFunc(s, invisible) {
+	if len(s) > 254 || strings.ContainsAny(s, " <>\"") || hasInvisible(s) {
 		return false
 	}
 	a, err := mail.ParseAddress(s)
 	return err == nil && a.Address == s && strings.Contains(s[strings.LastIndexByte(s, '@'):], ".")
 }
 
-// invisible reports whether r is a control, format, private-use or
-// separator character.
-func invisible(r rune) bool { return unicode.In(r, unicode.C, unicode.Z) }
+// hasInvisible reports whether s holds a control, format, private-use or
+// separator character, but for the zero-width non-joiner and joiner
+// (U+200C, U+200D) after a letter or mark: Persian writes the one inside
+// words, Sinhala and other Indic scripts need the other, and IDNA allows
+// both in context.
+func hasInvisible(s string) bool {
+	prev := rune(-1)
+	for _, r := range s {
+		joiner := (r == '\u200c' || r == '\u200d') && prev >= 0 && unicode.In(prev, unicode.L, unicode.M)
+		if !joiner && unicode.In(r, unicode.C, unicode.Z) {
+			return true
+		}
+		prev = r
+	}
+	return false
+}
 
 // PasswordProblem says why a sign-up of the account email would refuse
 // pw, "" when it would not (the operator CLI applies it too): too short,

@@ -847,6 +847,7 @@ func TestJSON(t *testing.T) {
 		// Names match exactly, as the API's (an audit: encoding/json
 		// matched them case-insensitively, so MODE overrode mode).
 		`{"name":"a","mode":"test","MODE":"live","permissions":["read"]}`: "MODE",
+		`{"":1,"name":"x","mode":"live","permissions":["read"]}`:          `""`,
 		`{"NAME":"x","mode":"live","permissions":["read"]}`:               "NAME",
 		// Nothing after the object, not even a closing bracket.
 		`{"name":"x","mode":"live","permissions":["read"]}]`:   "body",
@@ -1571,6 +1572,10 @@ func TestValidEmail(t *testing.T) {
 		"a\u00a0b@example.com":             false, // a no-break space
 		"a\u2028b@example.com":             false, // a line separator
 		"a\ue000b@example.com":             false, // private use
+		"می\u200cخواهم@example.ir":         true,  // Persian's zero-width non-joiner, inside a word
+		"ශ්\u200dරී@example.lk":            true,  // Sinhala's zero-width joiner
+		"\u200cab@example.com":             false, // a joiner after nothing
+		"a.\u200db@example.com":            false, // a joiner after a dot
 		strings.Repeat("a", 250) + "@x.io": false,
 	} {
 		if got := ValidEmail(email); got != want {

@@ -250,7 +250,11 @@ func keyBody(raw []byte, readErr error) (name, mode string, perms []string, err 
 	}
 	if len(unknown) > 0 {
 		slices.Sort(unknown)
-		return "", "", nil, coinpulse.ValidationError(truncate(unknown[0], 50), "unknown field; the body takes name, mode and permissions")
+		field := truncate(unknown[0], 50)
+		if field == "" {
+			field = `""` // as the API shows it
+		}
+		return "", "", nil, coinpulse.ValidationError(field, "unknown field; the body takes name, mode and permissions")
 	}
 	if names := jsontext.RepeatedNames(raw); len(names) > 0 {
 		return "", "", nil, coinpulse.ValidationError(names[0], "given more than once")

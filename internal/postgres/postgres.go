@@ -79,11 +79,31 @@ func OpenConfig(ctx context.Context, cfg *pgxpool.Config) (*DB, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: open: %w", err)
 	}
+	if err := db.checkEncoding(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: open: %w", err)
+	}
 	if err := db.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: open: %w", err)
 	}
 	return db, nil
+}
+
+// checkEncoding refuses a database whose encoding is not UTF8 (or
+// SQL_ASCII, which stores bytes as sent): in another one, text a
+// subscriber sends (a portfolio's name, an address) that the encoding
+// cannot hold fails as it is written, and a multibyte one (EUC_JP) can
+// read UTF-8 bytes as other characters.
+func (db *DB) checkEncoding(ctx context.Context) error {
+	var enc string
+	if err := db.pool.QueryRow(ctx, `SHOW server_encoding`).Scan(&enc); err != nil {
+		return fmt.Errorf("read server_encoding: %w", err)
+	}
+	if enc != "UTF8" && enc != "SQL_ASCII" {
+		return fmt.Errorf("the database's encoding is %s; Coinpulse needs UTF8 (CREATE DATABASE … ENCODING 'UTF8' TEMPLATE template0)", enc)
+	}
+	return nil
 }
 
 // Close closes the pool's connections, waiting for those in use to be

@@ -385,3 +385,39 @@ var (
 	v12Lookups = map[string]int64{"KATE@example.com": 1, "#2 kate@example.com": 2, "ÄRGER@example.com": 3,
 		"#4 Ärger@example.com": 4, "zoë@EXAMPLE.com": 5, "info@example.com": 6, "#7 INFO@example.com": 7}
 )
+
+// A database in another encoding than UTF8 is refused with what to do,
+// before anything is migrated.
+func TestOpenRefusesANonUTF8Database(t *testing.T) {
+	url := storetest.PostgresURL(t)
+	name := "coinpulse_latin1_" + strings.ToLower(rand.Text()[:8])
+	exec := func(ctx context.Context, sql string) {
+		t.Helper()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec(t.Context(), "CREATE DATABASE "+name+" ENCODING 'LATIN1' LOCALE 'C' TEMPLATE template0")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		exec(ctx, "DROP DATABASE "+name)
+	})
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Database = name
+	db, err := OpenConfig(t.Context(), cfg)
+	if err == nil {
+		db.Close()
+	}
+	if err == nil || !strings.Contains(err.Error(), "the database's encoding is LATIN1; Coinpulse needs UTF8") {
+		t.Errorf("Open of a LATIN1 database: %v", err)
+	}
+}
