@@ -282,12 +282,21 @@ func (d *Dashboard) Handler() http.Handler {
 }
 
 // readForm reads a page's form post, and answers one that is too large
-// (413), too slow (408, after the API's body timeout) or unreadable (400)
-// with an error page, reporting false: its handler would otherwise find
-// no CSRF token in it and answer 403.
+// (413), too slow (408, after the API's body timeout), unreadable or
+// giving a one-value field twice (400) with an error page, reporting
+// false: its handler would otherwise find no CSRF token in it and answer
+// 403, or read the field's first value.
 func (d *Dashboard) readForm(w http.ResponseWriter, r *http.Request) bool {
 	err := r.ParseForm()
 	if err == nil {
+		// As the API refuses a JSON field given twice: a form field that
+		// takes one value, sent twice, would be read as its first.
+		for _, name := range singleFields {
+			if len(r.PostForm[name]) > 1 {
+				d.render(w, r, http.StatusBadRequest, "error", &page{Title: http.StatusText(http.StatusBadRequest), Error: "What was sent gives the field " + name + " more than once."})
+				return false
+			}
+		}
 		return true
 	}
 	status, msg := http.StatusBadRequest, "What was sent could not be read."
@@ -301,6 +310,10 @@ func (d *Dashboard) readForm(w http.ResponseWriter, r *http.Request) bool {
 	d.render(w, r, status, "error", &page{Title: http.StatusText(status), Error: msg})
 	return false
 }
+
+// singleFields are the form fields that take one value (permissions,
+// the key form's checkboxes, take several).
+var singleFields = []string{"csrf", "email", "password", "name", "mode"}
 
 // innermost returns the ResponseWriter w wraps, at the bottom: net/http's,
 // which http.MaxBytesReader must be given so that a body over the limit

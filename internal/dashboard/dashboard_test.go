@@ -966,6 +966,33 @@ func TestJSON(t *testing.T) {
 	}
 }
 
+// A form field that takes one value, sent twice, is a 400 that changes
+// nothing, as the API refuses a JSON field given twice (an audit: the
+// first value was read); the key form's permissions take several.
+func TestFormFieldTwice(t *testing.T) {
+	e := newEnv(t, "")
+	anon := e.client()
+	p := anon.post("/user/api/signup", url.Values{"email": {"one@example.com", "two@example.com"}, "password": {pw}}, "/user/api/signup")
+	if p.status != http.StatusBadRequest || !strings.Contains(p.body, "gives the field email more than once") {
+		t.Errorf("sign-up with two e-mails: %d %s", p.status, p.body)
+	}
+	for _, email := range []string{"one@example.com", "two@example.com"} {
+		if _, err := e.store.UserByEmail(t.Context(), email); !coinpulse.IsNotFound(err) {
+			t.Errorf("%s: %v, want no account", email, err)
+		}
+	}
+	c := e.client()
+	wantRedirect(t, c.signup("twice@example.com", pw), "/user/api")
+	p = c.post("/user/api/keys", url.Values{"name": {"a", "b"}, "mode": {"test"}, "permissions": {"read"}}, "/user/api")
+	if p.status != http.StatusBadRequest || !strings.Contains(p.body, "gives the field name more than once") {
+		t.Errorf("a key form with two names: %d", p.status)
+	}
+	p = c.post("/user/api/keys", url.Values{"name": {"both"}, "mode": {"test"}, "permissions": {"read", "write"}}, "/user/api")
+	if p.status != http.StatusOK || !strings.Contains(p.body, "sk_test_") {
+		t.Errorf("a key form with both permissions: %d", p.status)
+	}
+}
+
 // The JSON endpoints are the ones openapi.json documents under /user/api.
 func TestDashboardDocumented(t *testing.T) {
 	var doc struct {
