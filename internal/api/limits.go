@@ -76,6 +76,26 @@ func (s *Server) admittedToPlan(p *principal, at time.Time, delta int64) {
 	}
 }
 
+// limiterFailLogEvery is how often at most a node logs that its limiter
+// fails.
+const limiterFailLogEvery = 10 * time.Second
+
+// limiterFailed logs a failed limiter check at WARN, at most once every
+// limiterFailLogEvery, with the failures since the last such line: while
+// Redis stalls or refuses, every keyed call is a 503, which is not the
+// server's error and was not logged at all, and one line a call would
+// flood the log. failures counts the failed checks since the last line
+// (or the start).
+func (s *Server) limiterFailed(err error) {
+	s.limiterFails.Add(1)
+	now := time.Now().UnixNano()
+	last := s.limiterLogged.Load()
+	if last != 0 && now-last < int64(limiterFailLogEvery) || !s.limiterLogged.CompareAndSwap(last, now) {
+		return
+	}
+	s.log.Warn("rate limits cannot be checked: keyed calls answer 503 SERVICE_UNAVAILABLE", "err", err, "failures", s.limiterFails.Swap(0))
+}
+
 // limit holds a keyed call to its account's limits: the plan's allowance
 // for live keys, the abuse limit for sandbox keys and free routes. It sets
 // the rate-limit headers, and refuses with RATE_LIMIT_EXCEEDED.
@@ -87,6 +107,9 @@ func (s *Server) limit(e *exchange, r *http.Request, rt Route) error {
 	asked := s.clock() // the headers are as of then, or a little later
 	v, err := s.limiter.Allow(r.Context(), account, limits)
 	if err != nil {
+		if r.Context().Err() == nil { // not a client that went away
+			s.limiterFailed(err)
+		}
 		e.Header().Set("Retry-After", "1")
 		return &coinpulse.Error{Code: coinpulse.CodeUnavailable, Message: "Rate limits cannot be checked right now; retry in a second.", Err: err}
 	}

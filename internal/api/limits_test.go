@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,6 +22,7 @@ import (
 	"coinpulse"
 	"coinpulse/internal/meter"
 	"coinpulse/internal/ratelimit"
+	"coinpulse/internal/testlog"
 )
 
 // limitedServer is a server over the shared store and market with plans
@@ -564,10 +566,19 @@ func TestLimiterUnreachable(t *testing.T) {
 	doc := loadSpec(t)
 	base := testServer(t)
 	rec := &recordingMeter{}
-	srv := New(Config{Store: shared.store, Market: base.market, Log: quiet, Limiter: downLimiter{}, Meter: rec})
+	var log testlog.Buffer
+	srv := New(Config{Store: shared.store, Market: base.market, Log: slog.New(slog.NewTextHandler(&log, nil)), Limiter: downLimiter{}, Meter: rec})
 	key, _ := newKey(t, newUser(t, coinpulse.TierFree, nil), coinpulse.ModeLive, rw, nil)
 	res := do(t, srv, "GET", "/api/v1/markets/global", key)
 	wantError(t, res, http.StatusServiceUnavailable, coinpulse.CodeUnavailable)
+	// The operator hears of it: one WARN line, not one a call (an audit:
+	// none was logged).
+	for range 3 {
+		do(t, srv, "GET", "/api/v1/markets/global", key)
+	}
+	if n := log.Count("rate limits cannot be checked"); n != 1 || !strings.Contains(log.String(), "level=WARN") || !strings.Contains(log.String(), errLimiterDown.Error()) {
+		t.Errorf("%d log lines for 4 failed checks, want 1 at WARN with the error:\n%s", n, log.String())
+	}
 	checkResponseOf(t, doc, "GET", "/markets/global", res, false)
 	if h := res.Header; h.Get("Retry-After") != "1" || h.Get("X-RateLimit-Limit") != "" || h.Get("RateLimit") != "" {
 		t.Errorf("503: Retry-After %q, X-RateLimit-Limit %q, RateLimit %q; want 1 and no rate-limit headers", h.Get("Retry-After"), h.Get("X-RateLimit-Limit"), h.Get("RateLimit"))

@@ -103,6 +103,9 @@ type Server struct {
 	market *market.Engine
 	clock  coinpulse.Clock
 	log    *slog.Logger
+	// limiterFails counts the failed limiter checks not yet logged;
+	// limiterLogged is when they last were (Unix ns; limiterFailed).
+	limiterFails, limiterLogged atomic.Int64
 	// plans are the plans in force: SetPlans replaces them.
 	plans   atomic.Pointer[map[coinpulse.Tier]coinpulse.Plan]
 	maxBody int64
