@@ -4,6 +4,7 @@
 package migrate
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
 	"path"
@@ -89,6 +90,29 @@ func (m Migration) Parts() []Part {
 		sql.WriteString(line)
 	}
 	return append(parts, Part{SQL: sql.String()})
+}
+
+// Apply runs m's parts in order inside tx, the migration's transaction:
+// exec runs each part's SQL, and the Go step a part names is looked up in
+// steps (a name steps lacks is an error, so that a migration cannot be
+// recorded with its step skipped).
+func Apply[Tx any](ctx context.Context, m Migration, tx Tx, exec func(context.Context, Tx, string) error, steps map[string]func(context.Context, Tx) error) error {
+	for _, part := range m.Parts() {
+		if err := exec(ctx, tx, part.SQL); err != nil {
+			return err
+		}
+		if part.Step == "" {
+			continue
+		}
+		step, ok := steps[part.Step]
+		if !ok {
+			return fmt.Errorf("no Go step %q", part.Step)
+		}
+		if err := step(ctx, tx); err != nil {
+			return fmt.Errorf("step %s: %w", part.Step, err)
+		}
+	}
+	return nil
 }
 
 // KeyEmails returns the email_key of each of the users ids (ascending)

@@ -1,7 +1,9 @@
 package migrate
 
 import (
+	"context"
 	"slices"
+	"strings"
 	"testing"
 	"testing/fstest"
 )
@@ -52,5 +54,27 @@ func TestKeyEmails(t *testing.T) {
 	want := []string{"kate@example.com", "#2 kate@example.com", "#5 kate@example.com", "#5 #5 kate@example.com", "bob@example.com"}
 	if got := KeyEmails(ids, emails); !slices.Equal(got, want) {
 		t.Errorf("KeyEmails = %q, want %q", got, want)
+	}
+}
+
+// Apply runs the parts in order, each step after its SQL, and refuses a
+// step it does not have rather than record the migration without it.
+func TestApply(t *testing.T) {
+	m := Migration{SQL: "A;\n-- go: fill\nB;\n"}
+	var ran []string
+	exec := func(_ context.Context, log *[]string, q string) error { *log = append(*log, "sql "+q); return nil }
+	steps := map[string]func(context.Context, *[]string) error{
+		"fill": func(_ context.Context, log *[]string) error { *log = append(*log, "step fill"); return nil },
+	}
+	if err := Apply(t.Context(), m, &ran, exec, steps); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"sql A;\n", "step fill", "sql B;\n"}; !slices.Equal(ran, want) {
+		t.Errorf("ran %q, want %q", ran, want)
+	}
+	ran = nil
+	err := Apply(t.Context(), Migration{SQL: "A;\n-- go: missing\nB;\n"}, &ran, exec, steps)
+	if err == nil || !strings.Contains(err.Error(), `no Go step "missing"`) || len(ran) != 1 {
+		t.Errorf("an unknown step: %v after %q", err, ran)
 	}
 }

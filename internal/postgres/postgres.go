@@ -185,20 +185,12 @@ func (db *DB) migrate(ctx context.Context) error {
 			if err != nil || applied {
 				return err
 			}
-			for _, part := range m.Parts() {
-				if _, err := tx.Exec(ctx, part.SQL); err != nil {
-					return err
-				}
-				if part.Step == "" {
-					continue
-				}
-				step, ok := migrationSteps[part.Step]
-				if !ok {
-					return fmt.Errorf("no Go step %q", part.Step)
-				}
-				if err := step(ctx, tx); err != nil {
-					return fmt.Errorf("step %s: %w", part.Step, err)
-				}
+			exec := func(ctx context.Context, tx pgx.Tx, q string) error {
+				_, err := tx.Exec(ctx, q)
+				return err
+			}
+			if err := migrate.Apply(ctx, m, tx, exec, migrationSteps); err != nil {
+				return err
 			}
 			_, err = tx.Exec(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)`,
 				m.Version, truncate(db.now()))

@@ -197,20 +197,12 @@ func (db *DB) migrate(ctx context.Context) error {
 			if err != nil || n > 0 {
 				return err
 			}
-			for _, part := range m.Parts() {
-				if _, err := tx.ExecContext(ctx, part.SQL); err != nil {
-					return err
-				}
-				if part.Step == "" {
-					continue
-				}
-				step, ok := migrationSteps[part.Step]
-				if !ok {
-					return fmt.Errorf("no Go step %q", part.Step)
-				}
-				if err := step(ctx, tx); err != nil {
-					return fmt.Errorf("step %s: %w", part.Step, err)
-				}
+			exec := func(ctx context.Context, tx *sql.Tx, q string) error {
+				_, err := tx.ExecContext(ctx, q)
+				return err
+			}
+			if err := migrate.Apply(ctx, m, tx, exec, migrationSteps); err != nil {
+				return err
 			}
 			_, err = tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`,
 				m.Version, micros(db.now()))
