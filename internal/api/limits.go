@@ -76,24 +76,51 @@ func (s *Server) admittedToPlan(p *principal, at time.Time, delta int64) {
 	}
 }
 
-// limiterFailLogEvery is how often at most a node logs that its limiter
-// fails.
-const limiterFailLogEvery = 10 * time.Second
+// limiterLogEvery is how often at most a node logs about its limiter's
+// failures.
+const limiterLogEvery = 10 * time.Second
+
+// processStart is when the process started.
+var processStart = time.Now()
+
+// sinceStart is the time since processStart, in ns, by the monotonic
+// clock (a wall clock stepped back would silence limiterFailed), plus one:
+// never 0, which limiterLogged keeps for "never".
+func sinceStart() int64 { return int64(time.Since(processStart)) + 1 }
 
 // limiterFailed logs a failed limiter check at WARN, at most once every
-// limiterFailLogEvery, with the failures since the last such line: while
+// limiterLogEvery, with the failures since the last such line: while
 // Redis stalls or refuses, every keyed call is a 503, which is not the
 // server's error and was not logged at all, and one line a call would
-// flood the log. failures counts the failed checks since the last line
-// (or the start).
+// flood the log. limiterBack reports the failures after the last line
+// once a check succeeds again.
 func (s *Server) limiterFailed(err error) {
 	s.limiterFails.Add(1)
-	now := time.Now().UnixNano()
-	last := s.limiterLogged.Load()
-	if last != 0 && now-last < int64(limiterFailLogEvery) || !s.limiterLogged.CompareAndSwap(last, now) {
-		return
+	if s.limiterLogTurn() {
+		s.log.Warn("rate limits cannot be checked: keyed calls answer 503 SERVICE_UNAVAILABLE", "err", err, "failures", s.limiterFails.Swap(0))
 	}
-	s.log.Warn("rate limits cannot be checked: keyed calls answer 503 SERVICE_UNAVAILABLE", "err", err, "failures", s.limiterFails.Swap(0))
+}
+
+// limiterBack logs, after a successful check, the failures no line has
+// told of yet (an outage's last seconds), at INFO and at most once every
+// limiterLogEvery as well.
+func (s *Server) limiterBack() {
+	if s.limiterLogTurn() {
+		if n := s.limiterFails.Swap(0); n > 0 {
+			s.log.Info("rate limits are checked again", "failures", n)
+		}
+	}
+}
+
+// limiterLogTurn reports whether the caller may log about the limiter
+// now, and if so takes the turn.
+func (s *Server) limiterLogTurn() bool {
+	now := sinceStart()
+	last := s.limiterLogged.Load()
+	if last != 0 && now-last < int64(limiterLogEvery) {
+		return false
+	}
+	return s.limiterLogged.CompareAndSwap(last, now)
 }
 
 // limit holds a keyed call to its account's limits: the plan's allowance
@@ -112,6 +139,9 @@ func (s *Server) limit(e *exchange, r *http.Request, rt Route) error {
 		}
 		e.Header().Set("Retry-After", "1")
 		return &coinpulse.Error{Code: coinpulse.CodeUnavailable, Message: "Rate limits cannot be checked right now; retry in a second.", Err: err}
+	}
+	if s.limiterFails.Load() != 0 {
+		s.limiterBack()
 	}
 	now := s.decidedAt(&v)
 	if v.Allowed && rt.Free && e.principal.key.Mode == coinpulse.ModeLive {

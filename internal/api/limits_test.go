@@ -593,6 +593,35 @@ func TestLimiterUnreachable(t *testing.T) {
 	}
 }
 
+// The limiter's failures are logged at most once every limiterLogEvery,
+// each line counting the failures since the last; the failures after the
+// last WARN are told at INFO once checks succeed again.
+func TestLimiterFailureLog(t *testing.T) {
+	var log testlog.Buffer
+	srv := New(Config{Store: shared.store, Log: slog.New(slog.NewTextHandler(&log, nil))})
+	later := func() { srv.limiterLogged.Add(-int64(limiterLogEvery)) } // as if the window had passed
+	for range 3 {
+		srv.limiterFailed(errLimiterDown)
+	}
+	later()
+	for range 3 {
+		srv.limiterFailed(errLimiterDown) // the first logs the two unlogged and itself
+	}
+	srv.limiterBack() // within the window: nothing yet
+	later()
+	srv.limiterBack()
+	srv.limiterBack() // nothing left to tell
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(log.String()), "\n") {
+		level := regexp.MustCompile(`level=(\w+)`).FindStringSubmatch(l)[1]
+		failures := regexp.MustCompile(`failures=(\d+)`).FindStringSubmatch(l)[1]
+		lines = append(lines, level+" "+failures)
+	}
+	if want := []string{"WARN 1", "WARN 3", "INFO 2"}; !slices.Equal(lines, want) {
+		t.Errorf("log lines %q, want %q:\n%s", lines, want, log.String())
+	}
+}
+
 // Drain waits for a call that is still running, admitted or not yet
 // (here: still in the limiter), until it has been metered.
 func TestDrainWaitsForRunningCalls(t *testing.T) {

@@ -104,7 +104,8 @@ type Server struct {
 	clock  coinpulse.Clock
 	log    *slog.Logger
 	// limiterFails counts the failed limiter checks not yet logged;
-	// limiterLogged is when they last were (Unix ns; limiterFailed).
+	// limiterLogged is when a line last told of them (sinceStart; 0:
+	// never).
 	limiterFails, limiterLogged atomic.Int64
 	// plans are the plans in force: SetPlans replaces them.
 	plans   atomic.Pointer[map[coinpulse.Tier]coinpulse.Plan]

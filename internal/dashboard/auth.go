@@ -15,6 +15,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"golang.org/x/text/unicode/norm"
+
 	"coinpulse"
 	"coinpulse/internal/password"
 )
@@ -216,19 +218,39 @@ func ValidEmail(s string) bool {
 
 // hasInvisible reports whether s holds a control, format, private-use or
 // separator character, but for the zero-width non-joiner and joiner
-// (U+200C, U+200D) after a letter or mark: Persian writes the one inside
-// words, Sinhala and other Indic scripts need the other, and IDNA allows
-// both in context.
+// (U+200C, U+200D) where IDNA's CONTEXTJ rules allow them (RFC 5892,
+// appendix A.1 and A.2, simplified): either after a virama, as Sinhala
+// and other Indic scripts write them, or the non-joiner between two
+// letters of a joining script (Arabic, as Persian writes it inside
+// words). Anywhere else, after an ASCII letter say, a joiner changes
+// nothing a reader sees and would make a look-alike address.
 func hasInvisible(s string) bool {
-	prev := rune(-1)
-	for _, r := range s {
-		joiner := (r == '\u200c' || r == '\u200d') && prev >= 0 && unicode.In(prev, unicode.L, unicode.M)
-		if !joiner && unicode.In(r, unicode.C, unicode.Z) {
+	rs := []rune(s)
+	for i, r := range rs {
+		if unicode.In(r, unicode.C, unicode.Z) && !joinerInContext(rs, i) {
 			return true
 		}
-		prev = r
 	}
 	return false
+}
+
+// joinerInContext reports whether rs[i] is a zero-width joiner or
+// non-joiner in a context hasInvisible allows.
+func joinerInContext(rs []rune, i int) bool {
+	r := rs[i]
+	if r != '\u200c' && r != '\u200d' || i == 0 {
+		return false
+	}
+	if norm.NFC.PropertiesString(string(rs[i-1])).CCC() == 9 { // a virama
+		return true
+	}
+	return r == '\u200c' && i+1 < len(rs) && joiningLetter(rs[i-1]) && joiningLetter(rs[i+1])
+}
+
+// joiningLetter reports whether r is a letter of a script whose letters
+// join (cursive), where a non-joiner shows.
+func joiningLetter(r rune) bool {
+	return unicode.IsLetter(r) && unicode.In(r, unicode.Arabic, unicode.Syriac, unicode.Nko, unicode.Mongolian, unicode.Mandaic, unicode.Manichaean, unicode.Psalter_Pahlavi)
 }
 
 // PasswordProblem says why a sign-up of the account email would refuse
