@@ -44,7 +44,7 @@ func readBody(r *http.Request, allowed ...string) (*body, error) {
 		return nil, err
 	}
 	b := &body{}
-	raw = bytes.TrimSpace(raw)
+	raw = bytes.Trim(raw, " \t\r\n") // JSON's white space, not Unicode's (U+0085, U+00A0)
 	if len(raw) == 0 {
 		b.fields = map[string]json.RawMessage{}
 		return b, nil

@@ -448,6 +448,10 @@ func TestPortfolioValidation(t *testing.T) {
 		{"type given twice", "POST", "/api/v1/portfolio/transactions", fmt.Sprintf(`{"portfolio_id":%d,"coin_id":"bitcoin","type":"buy","quantity":0.5,"price":1,"type":"sell"}`, p.ID), "type"},
 		{"type given twice, once escaped", "POST", "/api/v1/portfolio/transactions", fmt.Sprintf(`{"portfolio_id":%d,"coin_id":"bitcoin","type":"buy","quantity":0.5,"price":1,"typ\u0065":"sell"}`, p.ID), "type"},
 		{"name given twice", "POST", "/api/v1/portfolio", `{"name":"a","name":"b"}`, "name"},
+		// Not JSON's white space around the object (a review: a Unicode
+		// trim took them off).
+		{"no-break space after the object", "POST", "/api/v1/portfolio", "{\"name\":\"a\"}\u00a0", "body"},
+		{"next line before the object", "POST", "/api/v1/portfolio", "\u0085{\"name\":\"a\"}", "body"},
 		// Refused at the ends too, which the trim would take off (an audit).
 		{"control characters at the ends", "POST", "/api/v1/portfolio", `{"name":"\r\u000bX\u0085"}`, "name"},
 		{"form feed before a description", "POST", "/api/v1/portfolio", `{"name":"a","description":"\fD"}`, "description"},
