@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -335,7 +334,7 @@ func TestMigrationKeysEmails(t *testing.T) {
 		`ALTER TABLE users DROP COLUMN email_key`,
 		`CREATE UNIQUE INDEX users_email_lower_key ON users (email)`,
 		`DELETE FROM schema_migrations WHERE version = 12`,
-		`INSERT INTO users (email, created_at, updated_at) VALUES ('` + strings.Join(v11Emails, "', now(), now()), ('") + `', now(), now())`,
+		`INSERT INTO users (email, created_at, updated_at) VALUES ('` + strings.Join(storetest.V11Emails, "', now(), now()), ('") + `', now(), now())`,
 	} {
 		if _, err := db.pool.Exec(t.Context(), q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -354,37 +353,13 @@ func TestMigrationKeysEmails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(keys, v12Keys) {
-		t.Errorf("email keys %q, want %q", keys, v12Keys)
-	}
-	for email, id := range v12Lookups {
-		if u, err := db.UserByEmail(t.Context(), email); err != nil || u.ID != id {
-			t.Errorf("UserByEmail(%s): %+v, %v; want user %d", email, u, err, id)
-		}
-	}
-	if err := db.CreateUser(t.Context(), &coinpulse.User{Email: "ZOË@example.com"}); coinpulse.ErrorCode(err) != coinpulse.CodeConflict {
-		t.Errorf("a sign-up as ZOË after the migration: %v, want CONFLICT", err)
-	}
+	storetest.CheckEmailKeys(t, db, keys)
 	// A Coinpulse of before version 12, still running, inserts no key:
 	// refused, not an account the unique index would not see.
 	if _, err := db.pool.Exec(t.Context(), `INSERT INTO users (email, created_at, updated_at) VALUES ('kate@example.com', now(), now())`); err == nil || !strings.Contains(err.Error(), "email_key") {
 		t.Errorf("an insert without email_key: %v, want it refused", err)
 	}
 }
-
-// v11Emails are accounts a version-11 database could hold, by id from 1
-// (whether PostgreSQL's lower() let all of them in depends on the
-// locale); v12Keys their keys after migration 12: the first of two
-// accounts with one key keeps it, whichever was ASCII; v12Lookups, which
-// account an address reaches then.
-var (
-	v11Emails = []string{"\u212Aate@example.com", "Kate@Example.com", "Ärger@example.com", "ärger@example.com",
-		"Zoe\u0308@example.com", "\u0130nfo@example.com", "INFO@example.com"}
-	v12Keys = []string{"kate@example.com", "#2 kate@example.com", "ärger@example.com", "#4 ärger@example.com",
-		"zoë@example.com", "info@example.com", "#7 info@example.com"}
-	v12Lookups = map[string]int64{"KATE@example.com": 1, "#2 kate@example.com": 2, "ÄRGER@example.com": 3,
-		"#4 Ärger@example.com": 4, "zoë@EXAMPLE.com": 5, "info@example.com": 6, "#7 INFO@example.com": 7}
-)
 
 // A database in another encoding than UTF8 is refused with what to do,
 // before anything is migrated.

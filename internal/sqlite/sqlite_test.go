@@ -6,7 +6,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -308,7 +307,7 @@ func TestMigrationKeysEmails(t *testing.T) {
 		`ALTER TABLE users DROP COLUMN email_key`,
 		`CREATE UNIQUE INDEX users_email_lower_key ON users (lower(email))`,
 		`DELETE FROM schema_migrations WHERE version = 12`,
-		`INSERT INTO users (email, created_at, updated_at) VALUES ('` + strings.Join(v11Emails, "', 0, 0), ('") + `', 0, 0)`,
+		`INSERT INTO users (email, created_at, updated_at) VALUES ('` + strings.Join(storetest.V11Emails, "', 0, 0), ('") + `', 0, 0)`,
 	} {
 		if _, err := db.db.ExecContext(t.Context(), q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -333,33 +332,10 @@ func TestMigrationKeysEmails(t *testing.T) {
 		keys = append(keys, k)
 	}
 	rows.Close()
-	if !slices.Equal(keys, v12Keys) {
-		t.Errorf("email keys %q, want %q", keys, v12Keys)
-	}
-	for email, id := range v12Lookups {
-		if u, err := db.UserByEmail(t.Context(), email); err != nil || u.ID != id {
-			t.Errorf("UserByEmail(%s): %+v, %v; want user %d", email, u, err, id)
-		}
-	}
-	if err := db.CreateUser(t.Context(), &coinpulse.User{Email: "ZOË@example.com"}); coinpulse.ErrorCode(err) != coinpulse.CodeConflict {
-		t.Errorf("a sign-up as ZOË after the migration: %v, want CONFLICT", err)
-	}
+	storetest.CheckEmailKeys(t, db, keys)
 	// A Coinpulse of before version 12, still running, inserts no key:
 	// refused, not an account the unique index would not see.
 	if _, err := db.db.ExecContext(t.Context(), `INSERT INTO users (email, created_at, updated_at) VALUES ('kate@example.com', 0, 0)`); err == nil || !strings.Contains(err.Error(), "email_key is required") {
 		t.Errorf("an insert without email_key: %v, want it refused", err)
 	}
 }
-
-// v11Emails are accounts a version-11 database could hold, by id from 1;
-// v12Keys their keys after migration 12: the first of two accounts with
-// one key keeps it, whichever was ASCII; v12Lookups, which account an
-// address reaches then.
-var (
-	v11Emails = []string{"\u212Aate@example.com", "Kate@Example.com", "Ärger@example.com", "ärger@example.com",
-		"Zoe\u0308@example.com", "\u0130nfo@example.com", "INFO@example.com"}
-	v12Keys = []string{"kate@example.com", "#2 kate@example.com", "ärger@example.com", "#4 ärger@example.com",
-		"zoë@example.com", "info@example.com", "#7 info@example.com"}
-	v12Lookups = map[string]int64{"KATE@example.com": 1, "#2 kate@example.com": 2, "ÄRGER@example.com": 3,
-		"#4 Ärger@example.com": 4, "zoë@EXAMPLE.com": 5, "info@example.com": 6, "#7 INFO@example.com": 7}
-)
