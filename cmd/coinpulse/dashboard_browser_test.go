@@ -578,6 +578,12 @@ func TestBrowserDashboard(t *testing.T) {
 	if r := js[map[string]float64](b, fmt.Sprintf(`(() => { const r = document.querySelector("#revoke-%s").getBoundingClientRect(); return {left: r.left, right: r.right, width: r.width} })()`, keyID)); r["width"] == 0 || r["left"] < 0 || r["right"] > 390 {
 		t.Errorf("on a phone the Revoke button is at %v, not within the 390 px screen", r)
 	}
+	// The key form's mode select shows its whole choice: its text is
+	// measured in the select's own font against its inner width, less
+	// room for the arrow.
+	if fit := js[map[string]float64](b, `(() => { const s = document.querySelector("#key-mode"), st = getComputedStyle(s), c = document.createElement("canvas").getContext("2d"); c.font = st.font; return {text: Math.max(...[...s.options].map(o => c.measureText(o.text).width)), room: s.clientWidth - parseFloat(st.paddingLeft) - parseFloat(st.paddingRight) - 24} })()`); fit["room"] <= 0 || fit["text"] > fit["room"] {
+		t.Errorf("on a phone the key form's mode choices are %.0f px wide in a select with %.0f px for text", fit["text"], fit["room"])
+	}
 	b.screenshot("dashboard-phone")
 	b.do("desktop viewport", chromedp.EmulateReset())
 	b.load("reload", chromedp.Reload())
