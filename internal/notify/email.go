@@ -329,9 +329,9 @@ func (m *Mailer) SendAlert(ctx context.Context, to string, a AlertMail) error {
 		return fmt.Errorf("smtp %s: %w (%v)", m.addr, cerr, err)
 	}
 	if m.policy == gomail.TLSMandatory && !m.cfg.TLS && strings.Contains(err.Error(), "does not support STARTTLS") {
-		return fmt.Errorf("smtp %s: the server does not offer STARTTLS, which --smtp-starttls=%s requires "+
-			"(use implicit TLS, or --smtp-starttls=%s or %s for a trusted relay): %w",
-			m.addr, StartTLSMandatory, StartTLSOpportunistic, StartTLSNone, err)
+		return fmt.Errorf("smtp %s: %w, which --smtp-starttls=%s requires "+
+			"(use implicit TLS, or --smtp-starttls=%s or %s for a trusted relay): %v",
+			m.addr, errNoStartTLS, StartTLSMandatory, StartTLSOpportunistic, StartTLSNone, err)
 	}
 	return fmt.Errorf("smtp %s: %w", m.addr, err)
 }
@@ -505,12 +505,32 @@ func PublicError(err error) string {
 		return "the mail server refused the message: " + se.Error()
 	case errors.As(err, &te):
 		return fmt.Sprintf("the mail server refused the connection: %d %s", te.Code, te.Msg)
+	case isTLSFailure(err):
+		return "the connection to the mail server could not be secured (TLS)"
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
 		return "the mail server did not answer in time"
 	}
 	return "the mail server could not be reached"
+}
+
+// errNoStartTLS is the failure of a server that does not offer STARTTLS
+// when --smtp-starttls=mandatory requires it.
+var errNoStartTLS = errors.New("the server does not offer STARTTLS")
+
+// isTLSFailure reports whether err is a failure to secure the connection:
+// no STARTTLS where it is required, a certificate that does not verify, a
+// TLS alert from the server, or a server that does not speak TLS where
+// implicit TLS was asked for. (Temporary: the operator can fix the
+// configuration, or the server, while the e-mail waits.)
+func isTLSFailure(err error) bool {
+	var (
+		cv *tls.CertificateVerificationError
+		ae tls.AlertError
+		re tls.RecordHeaderError
+	)
+	return errors.Is(err, errNoStartTLS) || errors.As(err, &cv) || errors.As(err, &ae) || errors.As(err, &re)
 }
 
 // IsPermanent reports whether err, from SendAlert, is a failure that

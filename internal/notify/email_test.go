@@ -541,6 +541,11 @@ func TestSendAlertStartTLS(t *testing.T) {
 				if IsPermanent(err) {
 					t.Errorf("IsPermanent(%v) = true, want false", err)
 				}
+				// The owner is told it is TLS, not that the server could
+				// not be reached.
+				if pub := PublicError(err); pub != "the connection to the mail server could not be secured (TLS)" {
+					t.Errorf("PublicError(%v) = %q", err, pub)
+				}
 				if n := len(ts.received()); n != 0 {
 					t.Errorf("%d messages delivered", n)
 				}
@@ -568,6 +573,35 @@ func TestSendAlertImplicitTLS(t *testing.T) {
 	}
 	if got := smtpOne(t, ts); !got.tls || got.authUser != "alice" {
 		t.Errorf("tls %v, auth %q; want true, alice", got.tls, got.authUser)
+	}
+}
+
+// An implicit-TLS mailer whose server speaks plain SMTP, or whose
+// certificate does not verify, is told so.
+func TestSendAlertImplicitTLSFailure(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		server smtpTestOptions
+	}{
+		{"plain server", smtpTestOptions{}},
+		{"unverified certificate", smtpTestOptions{implicitTLS: true}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ts := startSMTPServer(t, tt.server)
+			m := smtpTestMailer(t, ts, func(c *SMTPConfig) { c.TLS = true })
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := m.SendAlert(ctx, "ada@example.com", smtpTestAlert())
+			if err == nil {
+				t.Fatal("delivered")
+			}
+			if IsPermanent(err) {
+				t.Errorf("IsPermanent(%v) = true, want false", err)
+			}
+			if pub := PublicError(err); pub != "the connection to the mail server could not be secured (TLS)" {
+				t.Errorf("PublicError(%v) = %q", err, pub)
+			}
+		})
 	}
 }
 
