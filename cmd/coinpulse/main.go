@@ -241,6 +241,13 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) err
 				return
 			}
 			v = strings.TrimSpace(string(b))
+			if v == "" {
+				// A secret mount that failed leaves an empty file: refuse
+				// it rather than start on the flag's default (a node
+				// meant for PostgreSQL on a new SQLite file).
+				envErr = fmt.Errorf("%s_FILE=%q: the file is empty; give --%s a value in it, or unset %s_FILE", name, file, f.Name, name)
+				return
+			}
 		} else {
 			file = ""
 		}
@@ -287,6 +294,24 @@ func envName(flag string) string {
 // defaultDataDir is where the SQLite file lives unless --db says otherwise.
 const defaultDataDir = "coinpulse-data"
 
+// postgresURL reports whether dsn is a postgres:// or postgresql:// URL,
+// and returns it with its scheme in lower case: a URL's scheme is
+// case-insensitive (RFC 3986), pgx's parser is not.
+func postgresURL(dsn string) (string, bool) {
+	scheme, rest, ok := strings.Cut(dsn, "://")
+	if !ok || !strings.EqualFold(scheme, "postgres") && !strings.EqualFold(scheme, "postgresql") {
+		return "", false
+	}
+	return strings.ToLower(scheme) + "://" + rest, true
+}
+
+// isPostgres reports whether store is a PostgreSQL database, which
+// several nodes may share.
+func isPostgres(store coinpulse.Store) bool {
+	_, ok := store.(*postgres.DB)
+	return ok
+}
+
 func dbFlag(fs *flag.FlagSet) *string {
 	return fs.String("db", "", "database: sqlite:PATH, a bare path, or postgres://... (default sqlite:<data-dir>/coinpulse.db)")
 }
@@ -297,9 +322,10 @@ func dbFlag(fs *flag.FlagSet) *string {
 // so rather than answered from a new, empty database.
 func openStore(ctx context.Context, dsn, dataDir string, create bool) (coinpulse.Store, error) {
 	path := strings.TrimPrefix(dsn, "sqlite:")
+	pgURL, isPG := postgresURL(dsn)
 	switch {
-	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		return postgres.Open(ctx, dsn)
+	case isPG:
+		return postgres.Open(ctx, pgURL)
 	case dsn != "" && (path == "" || path == ":memory:" || strings.HasPrefix(path, "file:")):
 		// SQLite's in-memory and URI names: a database in memory would
 		// vanish with the process, and each of the pool's connections

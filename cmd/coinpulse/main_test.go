@@ -146,6 +146,36 @@ func TestOperatorCLI(t *testing.T) {
 		!strings.Contains(err.Error(), "COINPULSE_DB_FILE") {
 		t.Errorf("an unreadable COINPULSE_DB_FILE with no --db: %v, want an error naming it", err)
 	}
+	// An empty one (a secret mount that failed) is refused, not taken for
+	// the default database (an audit: serve started on a new SQLite file).
+	empty := filepath.Join(t.TempDir(), "db-url")
+	os.WriteFile(empty, []byte(" \n"), 0o600)
+	for _, args := range [][]string{{"keys", "list", "--email", "ann@example.com"}, {"serve", "--addr", "127.0.0.1:0", "--data-dir", t.TempDir()}} {
+		if _, _, err := cli(t, map[string]string{"COINPULSE_DB_FILE": empty}, args...); err == nil ||
+			!strings.Contains(err.Error(), fmt.Sprintf("COINPULSE_DB_FILE=%q: the file is empty", empty)) {
+			t.Errorf("%s with an empty COINPULSE_DB_FILE: %v, want it refused", args[0], err)
+		}
+	}
+}
+
+// A postgres:// URL's scheme is case-insensitive (an audit: POSTGRES://
+// was refused as "not a database this version opens: … postgres://…").
+func TestPostgresSchemeAnyCase(t *testing.T) {
+	for dsn, want := range map[string]string{
+		"postgres://u@h/db":    "postgres://u@h/db",
+		"POSTGRES://u@h/db":    "postgres://u@h/db",
+		"PostgreSQL://u@h/db":  "postgresql://u@h/db",
+		"postgresx://u@h/db":   "",
+		"sqlite:postgres://x":  "",
+		"/var/lib/postgres.db": "",
+	} {
+		got, ok := postgresURL(dsn)
+		if got != want || ok != (want != "") {
+			t.Errorf("postgresURL(%q) = %q, %v; want %q", dsn, got, ok, want)
+		}
+	}
+	db := postgresSchema(t)
+	mustCLI(t, nil, "migrate", "--db", "POSTGRES"+strings.TrimPrefix(db, "postgres"))
 }
 
 func freeAddr(t *testing.T) string {

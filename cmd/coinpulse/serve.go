@@ -382,7 +382,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	defer store.Close()
 	log.Info("database open", "db", describeDB(cfg.db, cfg.dataDir))
 	var turn time.Duration
-	if (cfg.feed == "coingecko" || cfg.feed == "binance") && (strings.HasPrefix(cfg.db, "postgres://") || strings.HasPrefix(cfg.db, "postgresql://")) {
+	if (cfg.feed == "coingecko" || cfg.feed == "binance") && isPostgres(store) {
 		// The nodes sharing the database take each refresh's quotes from
 		// the upstream once, through it, and take turns at its history.
 		// (A SQLite file has one node.)
