@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -646,6 +647,50 @@ func TestSIGTERMMetersEveryAdmittedCall(t *testing.T) {
 		t.Errorf("calls by key %v, want %d for the live key and the sandbox's simulated timeout", keyCalls, n)
 	}
 	t.Logf("%d calls answered and metered", n)
+}
+
+// A stop that cannot write the metered calls still queued exits with a
+// failure status, as one that cuts requests off does: the supervisor
+// should know calls were lost (an audit: it logged the loss at ERROR,
+// then "stopped", and exited 0).
+func TestSIGTERMFailsWhenMeteredCallsAreLost(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "coinpulse.db")
+	db := "sqlite:" + path
+	key := premiumKey(t, db)
+	p := startProc(t, "--db", db, "--plans", plansFile(t, 1_000_000), "--shutdown-timeout", "1s")
+	if code, err := p.status(key, "/api/v1/markets/global"); err != nil || code != 200 {
+		t.Fatalf("first call: %d, %v", code, err) // the key is cached now
+	}
+	// Another connection holds the database's write lock: the meter's
+	// writes wait on it. (Readers go on: the file is in WAL mode.)
+	lock, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	ctx := context.Background()
+	conn, err := lock.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.ExecContext(ctx, "ROLLBACK")
+	for range 3 {
+		if code, err := p.status(key, "/api/v1/markets/global"); err != nil || code != 200 {
+			t.Fatalf("a call with the database locked: %d, %v", code, err)
+		}
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.exited:
+		if err == nil || !strings.Contains(p.stderr.String(), "shutdown: metered calls were not written") {
+			t.Errorf("serve exited with %v, want a failure saying metered calls were not written\n%s", err, p.stderr)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("serve did not stop within 60 s after SIGTERM\n%s", p.stderr)
+	}
 }
 
 // SIGHUP reloads the --plans file: the calls after it are held to the new

@@ -533,6 +533,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	// does not cost the queue its write.
 	dctx, dcancel := context.WithTimeout(stopping, cfg.shutdownTimeout)
 	defer dcancel()
+	var meterErr error // admitted calls that will not be metered
 	if mtr != nil {
 		// Every call the server admitted is written before the store
 		// closes: the handlers Shutdown does not wait for (WebSockets,
@@ -540,6 +541,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		// their calls first.
 		if derr := srv.Drain(dctx); derr != nil {
 			log.Error("calls still running, not metered", "err", derr)
+			meterErr = fmt.Errorf("calls still running were not metered: %w", derr)
 		}
 	}
 	if errors.Is(err, context.DeadlineExceeded) && context.Cause(stopping) == nil {
@@ -556,6 +558,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		defer mcancel()
 		if merr := mtr.Close(mctx); merr != nil {
 			log.Error("metering not drained", "err", merr)
+			meterErr = errors.Join(meterErr, fmt.Errorf("metered calls were not written: %w", merr))
 		}
 	}
 	stopBG()
@@ -578,6 +581,10 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return fmt.Errorf("shutdown: requests still in flight after --shutdown-timeout %s were cut off", cfg.shutdownTimeout)
 	case err != nil && !errors.Is(err, http.ErrServerClosed):
 		return fmt.Errorf("shutdown: %w", err)
+	case meterErr != nil:
+		// Lost calls count in the month but are not in /usage: as in a
+		// crash, and the supervisor should know it.
+		return fmt.Errorf("shutdown: %w", meterErr)
 	}
 	log.Info("stopped")
 	return nil
