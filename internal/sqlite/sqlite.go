@@ -13,6 +13,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -54,6 +55,14 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("sqlite: create directory of %s: %w", path, err)
+	}
+	// A new file is its owner's alone, whatever the umask: it holds
+	// webhook signing secrets and e-mail addresses (SQLite gives the -wal
+	// and -shm files the database's mode). An existing file keeps its own.
+	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+		f.Close()
+	} else if !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("sqlite: create %s: %w", path, err)
 	}
 	q := url.Values{}
 	q.Set("_txlock", "immediate")

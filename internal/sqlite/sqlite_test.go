@@ -49,6 +49,45 @@ func TestOpenCreatesDirectory(t *testing.T) {
 	}
 }
 
+// A new database, and its -wal and -shm files, are readable by their
+// owner alone, whatever the umask (an audit: they followed it, 0644, and
+// hold webhook signing secrets); an existing file keeps its mode.
+func TestOpenNewFileIsPrivate(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "coinpulse.db")
+	db, err := Open(t.Context(), path)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer db.Close()
+	if err := db.CreateUser(t.Context(), &coinpulse.User{Email: "ann@example.com"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if perm := fi.Mode().Perm(); perm != 0o600 {
+			t.Errorf("%s: mode %v, want -rw-------", filepath.Base(name), perm)
+		}
+	}
+
+	shared := filepath.Join(dir, "shared.db")
+	if err := os.WriteFile(shared, nil, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(shared, 0o640)
+	db2, err := Open(t.Context(), shared)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	db2.Close()
+	if fi, err := os.Stat(shared); err != nil || fi.Mode().Perm() != 0o640 {
+		t.Errorf("an existing file's mode: %v, %v; want it kept (-rw-r-----)", fi.Mode().Perm(), err)
+	}
+}
+
 func TestOpenRejectsBadPaths(t *testing.T) {
 	for _, path := range []string{"", "db?mode=memory"} {
 		if db, err := Open(t.Context(), path); err == nil {
