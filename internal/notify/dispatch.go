@@ -129,6 +129,8 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	defer wg.Wait()
 	t := time.NewTimer(0)
 	defer t.Stop()
+	kinds := [...]coinpulse.DeliveryKind{coinpulse.KindWebhook, coinpulse.KindEmail}
+	var failing [len(kinds)]claimFailures
 	for {
 		select {
 		case <-ctx.Done():
@@ -138,7 +140,7 @@ func (d *Dispatcher) Run(ctx context.Context) {
 		}
 		for ctx.Err() == nil {
 			n := 0
-			for _, kind := range []coinpulse.DeliveryKind{coinpulse.KindWebhook, coinpulse.KindEmail} {
+			for i, kind := range kinds {
 				// Claim no more than the workers free to send them now: a
 				// claimed delivery waiting for a worker would hold its
 				// lease idle, and past the lease another node would send
@@ -157,10 +159,11 @@ func (d *Dispatcher) Run(ctx context.Context) {
 				ds, err := d.store.ClaimDeliveries(ctx, kind, d.clock(), d.opts.Lease, min(d.opts.Batch, max(free, 1)))
 				if err != nil {
 					if ctx.Err() == nil {
-						d.log.Error("claim deliveries", "kind", kind, "err", err)
+						failing[i].failed(d.log, kind, err)
 					}
 					break
 				}
+				failing[i].ok(d.log, kind)
 				n += len(ds)
 				for _, del := range ds {
 					select {
@@ -179,6 +182,34 @@ func (d *Dispatcher) Run(ctx context.Context) {
 			}
 		}
 		t.Reset(d.opts.Poll)
+	}
+}
+
+// ClaimLogEvery is how often at most the dispatcher logs failed claims:
+// while the database is down every poll fails (once a second).
+const ClaimLogEvery = 10 * time.Second
+
+// claimFailures rations the log of one kind's failed claims: the first
+// failure is logged at once, then a line (with the failures since the
+// last) at most every ClaimLogEvery, by the monotonic clock; the first
+// claim that works after them logs the failures no line told of yet.
+type claimFailures struct {
+	unlogged int
+	logged   time.Time // zero: claims work
+}
+
+func (c *claimFailures) failed(log *slog.Logger, kind coinpulse.DeliveryKind, err error) {
+	c.unlogged++
+	if c.logged.IsZero() || time.Since(c.logged) >= ClaimLogEvery {
+		log.Error("claim deliveries", "kind", kind, "err", err, "failures", c.unlogged)
+		c.unlogged, c.logged = 0, time.Now()
+	}
+}
+
+func (c *claimFailures) ok(log *slog.Logger, kind coinpulse.DeliveryKind) {
+	if !c.logged.IsZero() {
+		log.Info("deliveries are claimed again", "kind", kind, "failures", c.unlogged)
+		*c = claimFailures{}
 	}
 }
 

@@ -115,6 +115,63 @@ func (c *claimWatch) RecordAttempt(ctx context.Context, id int64, a coinpulse.At
 	return c.DB.RecordAttempt(ctx, id, a)
 }
 
+// failingClaims is a store whose claims fail while fail is set, as
+// during a database outage.
+type failingClaims struct {
+	*sqlite.DB
+	fail atomic.Bool
+	n    atomic.Int64 // failed claims
+}
+
+func (f *failingClaims) ClaimDeliveries(ctx context.Context, kind coinpulse.DeliveryKind, now time.Time, lease time.Duration, n int) ([]coinpulse.Delivery, error) {
+	if f.fail.Load() {
+		f.n.Add(1)
+		return nil, fmt.Errorf("connection refused")
+	}
+	return f.DB.ClaimDeliveries(ctx, kind, now, lease, n)
+}
+
+// While claims fail (the database is down), the dispatcher logs a line at
+// once and then at most every ClaimLogEvery, not one a poll (an audit: one
+// ERROR a second for as long as the outage lasted); once claims work again
+// it says so, with the failures since its last line. (A poll whose
+// webhook claim fails tries no e-mail claim.)
+func TestDispatcherRationsClaimFailures(t *testing.T) {
+	db, _, _ := newWebhookEnv(t, 0, func(http.ResponseWriter, *http.Request) {})
+	store := &failingClaims{DB: db}
+	store.fail.Store(true)
+	var logs testlog.Buffer
+	d := notify.NewDispatcher(store, notify.NewSender(notify.SenderOptions{AllowPrivate: true}), nil, slog.New(slog.NewTextHandler(&logs, nil)),
+		notify.DispatchOptions{Poll: 5 * time.Millisecond})
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { d.Run(ctx); close(done) }()
+	defer func() { stop(); <-done }()
+	deadline := time.Now().Add(30 * time.Second)
+	for store.n.Load() < 40 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d failed claims after 30 s", store.n.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	store.fail.Store(false)
+	for logs.Count("deliveries are claimed again") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no recovery line after 30 s\n%s", logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop()
+	<-done
+	if n := logs.Count(`msg="claim deliveries"`); n != 1 {
+		t.Errorf("%d lines for %d failed claims, want one (under %s)\n%s", n, store.n.Load(), notify.ClaimLogEvery, logs.String())
+	}
+	if !strings.Contains(logs.String(), `level=INFO msg="deliveries are claimed again" kind=webhook failures=`) ||
+		strings.Contains(logs.String(), "failures=0") || logs.Count("claimed again") != 1 {
+		t.Errorf("the recovery line does not count the failures after the first\n%s", logs.String())
+	}
+}
+
 // A node claims no more deliveries than it has workers free to send: a
 // delivery claimed to wait in the node would lose its lease meanwhile, and
 // another node would send it too (a multi-node audit: with the shortest
