@@ -68,11 +68,23 @@ type SMTPConfig struct {
 
 // Validate reports every problem of c at once, naming the flags to fix. A
 // config without Host is valid (e-mail off) unless it sets a user, a
-// password or a sender, which would be silently unused.
+// password, a sender or implicit TLS, which would be silently unused, or a
+// value no config takes (a port, a STARTTLS mode): a typo is told at once,
+// not when a host is added.
 func (c SMTPConfig) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("smtp config: "+format, args...))
+	}
+	if c.Port < 0 || c.Port > 65535 {
+		bad("--smtp-port %d is not a TCP port (1-65535)", c.Port)
+	}
+	policy, ok := smtpTLSPolicy(c.StartTLS)
+	if !ok {
+		bad("--smtp-starttls %q must be %s, %s or %s", c.StartTLS, StartTLSMandatory, StartTLSOpportunistic, StartTLSNone)
+	}
+	if c.Timeout < 0 {
+		bad("timeout %v is negative", c.Timeout)
 	}
 	if c.Host == "" {
 		var set []string
@@ -85,6 +97,9 @@ func (c SMTPConfig) Validate() error {
 		if c.From != "" {
 			set = append(set, "--smtp-from")
 		}
+		if c.TLS {
+			set = append(set, "--smtp-tls")
+		}
 		if len(set) > 0 {
 			bad("%s set but --smtp-host is not; set --smtp-host to send alert e-mail", strings.Join(set, " and "))
 		}
@@ -95,9 +110,6 @@ func (c SMTPConfig) Validate() error {
 		bad("--smtp-host %q is not a host name", c.Host)
 	} else if strings.Contains(c.Host, ":") && net.ParseIP(c.Host) == nil {
 		bad("--smtp-host %q must not include a port; set the port with --smtp-port", c.Host)
-	}
-	if c.Port < 0 || c.Port > 65535 {
-		bad("--smtp-port %d is not a TCP port (1-65535)", c.Port)
 	}
 	switch {
 	case c.Username != "" && c.Password == "":
@@ -110,15 +122,8 @@ func (c SMTPConfig) Validate() error {
 	} else if _, err := mail.ParseAddress(c.From); err != nil {
 		bad("--smtp-from %q is not an e-mail address: %v", c.From, err)
 	}
-	policy, ok := smtpTLSPolicy(c.StartTLS)
-	if !ok {
-		bad("--smtp-starttls %q must be %s, %s or %s", c.StartTLS, StartTLSMandatory, StartTLSOpportunistic, StartTLSNone)
-	}
 	if ok && policy == gomail.NoTLS && !c.TLS && c.Username != "" && !smtpLoopback(c.Host) {
 		bad("--smtp-starttls=none would send the password of --smtp-user unencrypted to %s; use %s, or implicit TLS", c.Host, StartTLSMandatory)
-	}
-	if c.Timeout < 0 {
-		bad("timeout %v is negative", c.Timeout)
 	}
 	return errors.Join(errs...)
 }

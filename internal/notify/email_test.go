@@ -847,6 +847,11 @@ func TestSMTPConfigValidate(t *testing.T) {
 
 		{"From without host", func(c *SMTPConfig) { *c = SMTPConfig{From: "a@example.com", Username: "u"} },
 			[]string{"--smtp-user and --smtp-from set but --smtp-host is not"}},
+		// Without a host too, a value no config takes is refused, and
+		// implicit TLS would go unused (an audit: all were taken).
+		{"off with a bad port", func(c *SMTPConfig) { *c = SMTPConfig{Port: 99999} }, []string{"--smtp-port 99999"}},
+		{"off with a bad starttls", func(c *SMTPConfig) { *c = SMTPConfig{StartTLS: "bogus"} }, []string{`--smtp-starttls "bogus"`}},
+		{"off with implicit TLS", func(c *SMTPConfig) { *c = SMTPConfig{TLS: true} }, []string{"--smtp-tls set but --smtp-host is not"}},
 		{"no From", func(c *SMTPConfig) { c.From = "" }, []string{"--smtp-from is required"}},
 		{"bad From", func(c *SMTPConfig) { c.From = "alerts at example.com" }, []string{`--smtp-from "alerts at example.com"`}},
 		{"host with port", func(c *SMTPConfig) { c.Host = "smtp.example.com:587" }, []string{"must not include a port", "--smtp-port"}},
