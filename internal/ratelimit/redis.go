@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	neturl "net/url"
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -206,6 +208,60 @@ func withTimeout(d time.Duration) Option {
 // badRedisURL refuses a URL redis.ParseURL cannot read.
 const badRedisURL = "not a URL of the form redis://[user:password@]host[:port][/db][?option=value] (or rediss://), with the password percent-encoded; it is not quoted here, as it may hold a password"
 
+// redisURLOptions are the options go-redis reads from a URL's query.
+var redisURLOptions = []string{
+	"db", "protocol", "client_name", "max_retries", "min_retry_backoff", "max_retry_backoff",
+	"dial_timeout", "read_timeout", "write_timeout", "pool_fifo", "pool_size", "pool_timeout",
+	"min_idle_conns", "max_idle_conns", "max_active_conns", "max_concurrent_dials",
+	"pipeline_pool_size", "pipeline_read_buffer_size", "pipeline_write_buffer_size",
+	"conn_max_idle_time", "idle_timeout", "conn_max_lifetime", "max_conn_age",
+	"conn_max_lifetime_jitter", "skip_verify",
+}
+
+// badRedisOptions says what is wrong with a URL redis.ParseURL refused:
+// when the URL reads without its query, which of its options go-redis
+// knows but cannot read the value of, or that it has one go-redis does
+// not know. It names options go-redis knows only: the name of another
+// could be a part of a password (after an unescaped ?).
+func badRedisOptions(raw string) string {
+	u, err := neturl.Parse(raw)
+	if err != nil || u.RawQuery == "" {
+		return badRedisURL
+	}
+	base := *u
+	base.RawQuery = ""
+	if _, err := redis.ParseURL(base.String()); err != nil {
+		return badRedisURL
+	}
+	var bad []string
+	unknown := false
+	for k, v := range u.Query() {
+		if !slices.Contains(redisURLOptions, k) {
+			unknown = true
+			continue
+		}
+		one := base
+		one.RawQuery = neturl.Values{k: v}.Encode()
+		if _, err := redis.ParseURL(one.String()); err != nil {
+			bad = append(bad, k)
+		}
+	}
+	slices.Sort(bad)
+	var why []string
+	if len(bad) > 0 {
+		why = append(why, "the value of its option "+strings.Join(bad, ", ")+" does not read (a number, a duration such as 2s, or true or false, as the option takes)")
+	}
+	if unknown {
+		// Less the two ClientOptions refuses.
+		takes := slices.DeleteFunc(slices.Clone(redisURLOptions), func(o string) bool { return o == "read_timeout" || o == "write_timeout" })
+		why = append(why, "it has an option go-redis does not take (it takes "+strings.Join(takes, ", ")+")")
+	}
+	if len(why) == 0 {
+		return badRedisURL
+	}
+	return "a redis:// URL, but " + strings.Join(why, ", and ") + "; the URL is not quoted here, as it may hold a password"
+}
+
 // ClientOptions parses a redis:// URL into the options of a client fit
 // for NewRedis: it never retries a command (a script retried after its
 // reply was lost would run twice and count its calls twice), and its
@@ -221,7 +277,7 @@ func ClientOptions(url string) (*redis.Options, error) {
 		// the URL or a part of it, and a password with an unescaped /, ?
 		// or # puts a part of itself where the port or the database
 		// number is read.
-		return nil, errors.New(badRedisURL)
+		return nil, errors.New(badRedisOptions(url))
 	}
 	if opts.ReadTimeout != 0 || opts.WriteTimeout != 0 {
 		return nil, fmt.Errorf("read_timeout and write_timeout are not taken: each check's trip to Redis is bounded by its own deadline (%s from when it is queued), which a shorter socket timeout would undercut", pipelineTimeout)

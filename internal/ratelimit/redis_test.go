@@ -975,6 +975,33 @@ func TestClientOptionsLeaveTimeoutsToTheCheck(t *testing.T) {
 	}
 }
 
+// A URL whose options go-redis does not read says which of the options
+// it knows has a bad value, or that one is unknown, without naming that
+// one (it could be a part of a password after an unescaped ?) or quoting
+// the URL (an audit: every such URL was "not a URL of the form …").
+func TestClientOptionsNameBadOptions(t *testing.T) {
+	for u, want := range map[string][]string{
+		"redis://:s3cret@127.0.0.1:6379/7?pool_size=abc":                {"the value of its option pool_size does not read"},
+		"redis://:s3cret@127.0.0.1:6379/7?pool_size=abc&dial_timeout=x": {"option dial_timeout, pool_size does not read"},
+		"redis://:s3cret@127.0.0.1:6379/7?bogus_opt=1":                  {"it has an option go-redis does not take (it takes db, "},
+		"redis://:s3cret@127.0.0.1:6379/7?db=x&bogus=1":                 {"option db does not read", ", and it has an option go-redis does not take"},
+	} {
+		_, err := ClientOptions(u)
+		if err == nil {
+			t.Errorf("%s: taken", u)
+			continue
+		}
+		for _, w := range want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q, want it to say %q", u, err, w)
+			}
+		}
+		if strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "bogus") || strings.Contains(err.Error(), "abc") {
+			t.Errorf("%s: %q quotes the URL", u, err)
+		}
+	}
+}
+
 // A URL that does not parse is refused without a part of it: a password
 // with an unescaped /, ? or # puts a part of itself where the port or the
 // database number is read, and net/url's and go-redis's errors quote
