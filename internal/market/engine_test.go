@@ -437,6 +437,14 @@ func TestEngineLoadBackfills(t *testing.T) {
 	if btc.High24h != nil && btc.Low24h != nil && !(*btc.High24h >= price && price >= *btc.Low24h) {
 		t.Errorf("bitcoin high_24h %v, price %v, low_24h %v: want high >= price >= low", *btc.High24h, price, *btc.Low24h)
 	}
+	// The range takes in the price 24 h ago the change is measured from
+	// (an audit: on the hour, the point exactly 24 h back was left out of
+	// it, and the change came from a price under low_24h).
+	if btc.High24h != nil && btc.Low24h != nil && btc.PriceChange24h != nil {
+		if then := price - *btc.PriceChange24h; !(*btc.High24h >= then*(1-1e-12) && then*(1+1e-12) >= *btc.Low24h) {
+			t.Errorf("bitcoin high_24h %v, price 24 h ago %v, low_24h %v: want high >= then >= low", *btc.High24h, then, *btc.Low24h)
+		}
+	}
 	if btc.ATLDate.Before(btc.HistoryStart) || btc.ATHDate.After(start) {
 		t.Errorf("bitcoin atl date %v, ath date %v, outside [%v, %v]", btc.ATLDate, btc.ATHDate, btc.HistoryStart, start)
 	}

@@ -227,7 +227,9 @@ func (c *coinState) detail(now time.Time) coinpulse.CoinDetail {
 			d.MarketCapChange24h = ptr(c.MarketCap - m)
 			d.MarketCapChangePercentage24h = pct(c.MarketCap, m)
 		}
-		hi, lo := c.Price, c.Price
+		// The range takes in the price 24 h ago the change is measured
+		// from, and the points after it.
+		hi, lo := max(c.Price, p), min(c.Price, p)
 		for i, v := range c.Hourly.Price { // float64
 			if c.Hourly.Start+int64(i)*c.Hourly.Step > day {
 				hi, lo = max(hi, v), min(lo, v)

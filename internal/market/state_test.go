@@ -100,3 +100,36 @@ func TestDetailUnknownMarketCap(t *testing.T) {
 		t.Errorf("market cap change %v %v against an unknown market cap a day ago, want null", d.MarketCapChange24h, d.MarketCapChangePercentage24h)
 	}
 }
+
+// The 24 h high and low take in the price 24 h ago that the change is
+// measured from: on the hour, the point exactly 24 h back (an audit: it
+// was left out, and a change from 1 came with a low of 1.5); off the
+// hour, the price between the two points either side of it.
+func TestDetailRangeTakesInThePrice24hAgo(t *testing.T) {
+	for _, now := range []time.Time{
+		time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC),
+		time.Date(2026, 3, 1, 12, 30, 0, 0, time.UTC),
+	} {
+		c := coinState{Hourly: ring[float64]{Step: 3600, Keep: 26, Caps: true}}
+		c.Info = coinpulse.CoinInfo{ID: "x", Symbol: "x", Name: "X"}
+		from := now.Add(-25 * time.Hour).Truncate(time.Hour)
+		var pts []coinpulse.HistoryPoint
+		for at := from; at.Before(now); at = at.Add(time.Hour) {
+			p := 2.0 // 1 at the hour 24 h ago, or at the hour before it
+			if at.Equal(now.Add(-24 * time.Hour).Truncate(time.Hour)) {
+				p = 1
+			}
+			pts = append(pts, coinpulse.HistoryPoint{Timestamp: at, Price: p})
+		}
+		c.addSeries(coinpulse.Hourly, pts)
+		c.apply(coinpulse.Quote{CoinID: "x", Price: 3, Time: now})
+		d := c.detail(now)
+		if d.PriceChange24h == nil || d.Low24h == nil || d.High24h == nil {
+			t.Fatalf("%v: change %v, low %v, high %v; want them known", now, d.PriceChange24h, d.Low24h, d.High24h)
+		}
+		then := d.CurrentPrice - *d.PriceChange24h
+		if *d.Low24h != then || *d.High24h != 3 {
+			t.Errorf("%v: price 24 h ago %v, low_24h %v, high_24h %v; want the low to be the price 24 h ago, the high 3", now, then, *d.Low24h, *d.High24h)
+		}
+	}
+}
