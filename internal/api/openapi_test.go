@@ -1232,3 +1232,61 @@ func TestOpenAPIExampleMarketCaps(t *testing.T) {
 		t.Errorf("checked %d example coins, want the document's (at least 5)", n)
 	}
 }
+
+// The history examples follow the range rule of the days parameter: the
+// first point is the last grid point at or before as_of − days, the last
+// one as_of (an audit: they began a day late).
+func TestOpenAPIExampleHistoryRange(t *testing.T) {
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage
+	}
+	if err := json.Unmarshal(OpenAPI(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for path, item := range doc.Paths {
+		if !strings.HasSuffix(path, "/history") || strings.HasPrefix(path, "/portfolio") {
+			continue // a coin's history, not a portfolio's
+		}
+		var get struct {
+			Responses map[string]struct {
+				Content map[string]struct{ Example json.RawMessage }
+			}
+		}
+		if err := json.Unmarshal(item["get"], &get); err != nil {
+			t.Errorf("%s: %v", path, err)
+			continue
+		}
+		var ex struct {
+			Data struct {
+				Days     int
+				Interval string
+				Points   []struct{ Timestamp time.Time }
+			}
+			Meta struct {
+				AsOf time.Time `json:"as_of"`
+			}
+		}
+		if err := json.Unmarshal(get.Responses["200"].Content["application/json"].Example, &ex); err != nil {
+			t.Errorf("%s: %v", path, err)
+			continue
+		}
+		pts, asOf := ex.Data.Points, ex.Meta.AsOf
+		step := map[string]time.Duration{"daily": 24 * time.Hour, "hourly": time.Hour}[ex.Data.Interval]
+		if len(pts) < 2 || step == 0 || asOf.IsZero() {
+			t.Errorf("%s: example with %d points, interval %q, as_of %v", path, len(pts), ex.Data.Interval, asOf)
+			continue
+		}
+		n++
+		from := asOf.AddDate(0, 0, -ex.Data.Days)
+		if first := pts[0].Timestamp; first.After(from) || !pts[1].Timestamp.After(from) || !first.Equal(from.Truncate(step)) {
+			t.Errorf("%s: example starts at %v, want the %s grid point at or before as_of − %d days, %v", path, first, ex.Data.Interval, ex.Data.Days, from.Truncate(step))
+		}
+		if last := pts[len(pts)-1].Timestamp; !last.Equal(asOf) {
+			t.Errorf("%s: example ends at %v, want as_of %v", path, last, asOf)
+		}
+	}
+	if n != 2 {
+		t.Errorf("checked %d history examples, want 2", n)
+	}
+}
