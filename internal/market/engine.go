@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"io"
 	"log/slog"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,6 +73,7 @@ type Engine struct {
 	// Owned by the goroutine that runs Load, then Run.
 	coins    map[string]*coinState
 	order    []string
+	cfgHash  uint32 // configHash of order, set by load
 	lastHour time.Time
 	lastDay  time.Time
 	// warming: Load is backfilling history for a quotedRollup feed and
@@ -209,6 +214,7 @@ func (e *Engine) load(ctx context.Context, start time.Time, waited bool) (again 
 			missing = append(missing, info)
 		}
 	}
+	e.cfgHash = e.configHash()
 	e.lastHour, e.lastDay = saved.LastHour, saved.LastDay
 	hour := now.Truncate(time.Hour)
 	filled := len(missing) > 0 || e.lastHour.Before(hour)
@@ -755,6 +761,22 @@ func (e *Engine) rollup(ctx context.Context, now time.Time) error {
 	return e.saveState(ctx)
 }
 
+// configHash is a hash of what decides a snapshot's figures besides its
+// time: the feed's fingerprint (its configuration), the set of coins it
+// serves and the movers' volume floor. Every node of one configuration
+// has the same.
+func (e *Engine) configHash() uint32 {
+	h := fnv.New32a()
+	io.WriteString(h, e.fingerprint())
+	h.Write([]byte{0})
+	io.WriteString(h, strconv.FormatFloat(e.cfg.MinMoverVolume, 'g', -1, 64))
+	for _, id := range slices.Sorted(slices.Values(e.order)) {
+		h.Write([]byte{0})
+		io.WriteString(h, id)
+	}
+	return h.Sum32()
+}
+
 // publish builds a snapshot from the coins' state and makes it current.
 func (e *Engine) publish(now time.Time) {
 	details := make([]coinpulse.CoinDetail, 0, len(e.order))
@@ -763,7 +785,7 @@ func (e *Engine) publish(now time.Time) {
 			details = append(details, c.detail(now))
 		}
 	}
-	id := snapshotID(now)
+	id := snapshotID(now, e.cfgHash)
 	if e.warming {
 		// Its own id: the whole snapshot of the same instant, which may
 		// follow when the backfill ends within the refresh, is another.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1480,5 +1481,38 @@ func TestEngineResumedBackfillKeepsProgressItSavedNothingTo(t *testing.T) {
 		if full, n := fullBackfills(feed, start), simCoins(); full > n/2+10 {
 			t.Errorf("stopped %v: the third attempt backfilled %d coins in full; want the ~%d the first did not store", stop, full, n/2)
 		}
+	}
+}
+
+// Snapshots of one instant have one id on every node of one
+// configuration, and another id under another feed configuration, coin
+// set or movers' floor (an audit: a tag from the sim feed got a 304 from
+// the replay one restarted in the same minute).
+func TestSnapshotIDNamesTheConfiguration(t *testing.T) {
+	engine := func(seed int64, floor float64, coins ...string) *Engine {
+		f, err := sim.New(seed, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := New(Config{Feed: f, MinMoverVolume: floor, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		e.order = coins
+		return e
+	}
+	id := func(e *Engine) string { return snapshotID(start, e.configHash()) }
+	base := id(engine(1, 0, "bitcoin", "ethereum"))
+	if again := id(engine(1, 0, "ethereum", "bitcoin")); again != base {
+		t.Errorf("one configuration, its coins in another order: id %q, then %q; want one", base, again)
+	}
+	for name, e := range map[string]*Engine{
+		"another seed":        engine(2, 0, "bitcoin", "ethereum"),
+		"another coin set":    engine(1, 0, "bitcoin", "tether"),
+		"another mover floor": engine(1, 1e6, "bitcoin", "ethereum"),
+	} {
+		if got := id(e); got == base {
+			t.Errorf("%s: snapshot id %q, the same as the first configuration's", name, got)
+		}
+	}
+	if !strings.HasPrefix(base, strconv.FormatInt(start.UnixMilli(), 36)+"-") {
+		t.Errorf("snapshot id %q does not begin with its time", base)
 	}
 }

@@ -408,8 +408,13 @@ func (s *Snapshot) Retire() {
 	s.memo.Clear()
 }
 
-// snapshotID renders a snapshot's opaque id: a function of its time alone,
-// so that every node names the same snapshot alike.
-func snapshotID(asOf time.Time) string {
-	return strconv.FormatInt(asOf.UnixMilli(), 36)
+// snapshotID renders a snapshot's opaque id: a function of its time and
+// of what else decides its figures (config: the feed's configuration,
+// the coins it serves, the movers' volume floor), so that every node of
+// one configuration names the same snapshot alike, and a node restarted
+// on another configuration names it otherwise (an audit: a client's
+// If-None-Match from the sim feed got a 304 from the replay one, whose
+// snapshot of the same instant had the same id).
+func snapshotID(asOf time.Time, config uint32) string {
+	return strconv.FormatInt(asOf.UnixMilli(), 36) + "-" + strconv.FormatUint(uint64(config), 36)
 }
