@@ -159,11 +159,11 @@ func (d *Dispatcher) Run(ctx context.Context) {
 				ds, err := d.store.ClaimDeliveries(ctx, kind, d.clock(), d.opts.Lease, min(d.opts.Batch, max(free, 1)))
 				if err != nil {
 					if ctx.Err() == nil {
-						failing[i].failed(d.log, kind, err)
+						failing[i].failed(d.log, kind, err, d.clock())
 					}
 					break
 				}
-				failing[i].ok(d.log, kind)
+				failing[i].ok(d.log, kind, d.clock())
 				n += len(ds)
 				for _, del := range ds {
 					select {
@@ -185,31 +185,39 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	}
 }
 
-// ClaimLogEvery is how often at most the dispatcher logs failed claims:
-// while the database is down every poll fails (once a second).
+// ClaimLogEvery is how often at most the dispatcher logs about failed
+// claims of one kind: while the database is down every poll fails (once
+// a second).
 const ClaimLogEvery = 10 * time.Second
 
-// claimFailures rations the log of one kind's failed claims: the first
-// failure is logged at once, then a line (with the failures since the
-// last) at most every ClaimLogEvery, by the monotonic clock; the first
-// claim that works after them logs the failures no line told of yet.
+// claimFailures rations the log of one kind's failed claims to a line
+// every ClaimLogEvery at most (by the dispatcher's clock): the first
+// failure is logged at once, later ones in the next line with their
+// count, and once a claim works a line says so, with the failures no line
+// counted yet. A database that fails every other poll logs no more.
 type claimFailures struct {
-	unlogged int
-	logged   time.Time // zero: claims work
+	failing  bool      // claims failed since the last line that said they work
+	unlogged int       // failures no line has counted
+	last     time.Time // the last line; zero: none
 }
 
-func (c *claimFailures) failed(log *slog.Logger, kind coinpulse.DeliveryKind, err error) {
+func (c *claimFailures) turn(now time.Time) bool {
+	return c.last.IsZero() || now.Sub(c.last) >= ClaimLogEvery
+}
+
+func (c *claimFailures) failed(log *slog.Logger, kind coinpulse.DeliveryKind, err error, now time.Time) {
+	c.failing = true
 	c.unlogged++
-	if c.logged.IsZero() || time.Since(c.logged) >= ClaimLogEvery {
+	if c.turn(now) {
 		log.Error("claim deliveries", "kind", kind, "err", err, "failures", c.unlogged)
-		c.unlogged, c.logged = 0, time.Now()
+		c.unlogged, c.last = 0, now
 	}
 }
 
-func (c *claimFailures) ok(log *slog.Logger, kind coinpulse.DeliveryKind) {
-	if !c.logged.IsZero() {
+func (c *claimFailures) ok(log *slog.Logger, kind coinpulse.DeliveryKind, now time.Time) {
+	if c.failing && c.turn(now) {
 		log.Info("deliveries are claimed again", "kind", kind, "failures", c.unlogged)
-		*c = claimFailures{}
+		c.failing, c.unlogged, c.last = false, 0, now
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -119,56 +121,84 @@ func (c *claimWatch) RecordAttempt(ctx context.Context, id int64, a coinpulse.At
 // during a database outage.
 type failingClaims struct {
 	*sqlite.DB
-	fail atomic.Bool
-	n    atomic.Int64 // failed claims
+	fail     atomic.Bool
+	failures atomic.Int64
+	claims   atomic.Int64 // that worked
 }
 
 func (f *failingClaims) ClaimDeliveries(ctx context.Context, kind coinpulse.DeliveryKind, now time.Time, lease time.Duration, n int) ([]coinpulse.Delivery, error) {
 	if f.fail.Load() {
-		f.n.Add(1)
+		f.failures.Add(1)
 		return nil, fmt.Errorf("connection refused")
 	}
+	f.claims.Add(1)
 	return f.DB.ClaimDeliveries(ctx, kind, now, lease, n)
 }
 
 // While claims fail (the database is down), the dispatcher logs a line at
-// once and then at most every ClaimLogEvery, not one a poll (an audit: one
-// ERROR a second for as long as the outage lasted); once claims work again
-// it says so, with the failures since its last line. (A poll whose
+// once and then at most one every ClaimLogEvery, by its clock, not one a
+// poll (an audit: one ERROR a second for as long as the outage lasted);
+// once claims work again a line says so, within ClaimLogEvery of the
+// last, with the failures since it (a review: a database failing every
+// other poll logged an ERROR and an INFO each time). (A poll whose
 // webhook claim fails tries no e-mail claim.)
 func TestDispatcherRationsClaimFailures(t *testing.T) {
 	db, _, _ := newWebhookEnv(t, 0, func(http.ResponseWriter, *http.Request) {})
 	store := &failingClaims{DB: db}
 	store.fail.Store(true)
+	var now atomic.Int64
+	now.Store(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC).UnixNano())
+	advance := func() { now.Add(int64(notify.ClaimLogEvery + time.Second)) }
 	var logs testlog.Buffer
 	d := notify.NewDispatcher(store, notify.NewSender(notify.SenderOptions{AllowPrivate: true}), nil, slog.New(slog.NewTextHandler(&logs, nil)),
-		notify.DispatchOptions{Poll: 5 * time.Millisecond})
+		notify.DispatchOptions{Poll: 2 * time.Millisecond, Clock: func() time.Time { return time.Unix(0, now.Load()).UTC() }})
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { d.Run(ctx); close(done) }()
 	defer func() { stop(); <-done }()
 	deadline := time.Now().Add(30 * time.Second)
-	for store.n.Load() < 40 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d failed claims after 30 s", store.n.Load())
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s after 30 s\n%s", what, logs.String())
+			}
+			time.Sleep(2 * time.Millisecond)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
+	lines := func(s string) int { return logs.Count(s) }
+
+	// An outage: one line at once, however many polls fail.
+	waitFor("20 failed claims", func() bool { return store.failures.Load() >= 20 })
+	if n := lines(`msg="claim deliveries"`); n != 1 {
+		t.Fatalf("%d lines for %d failed claims within %s, want one\n%s", n, store.failures.Load(), notify.ClaimLogEvery, logs.String())
+	}
+	// ClaimLogEvery later, the next, counting the failures since.
+	advance()
+	waitFor("a second line", func() bool { return lines(`msg="claim deliveries"`) == 2 })
+	m := regexp.MustCompile(`msg="claim deliveries".* failures=(\d+)\n`).FindAllStringSubmatch(logs.String(), -1)
+	if len(m) != 2 {
+		t.Errorf("%d lines that count failures, want 2\n%s", len(m), logs.String())
+	} else if since, _ := strconv.Atoi(m[1][1]); m[0][1] != "1" || since < 19 {
+		t.Errorf("the lines count %s and %s failures, want 1, then those since (at least 19)\n%s", m[0][1], m[1][1], logs.String())
+	}
+	// Claims work again: said once the line's time has come, not before.
 	store.fail.Store(false)
-	for logs.Count("deliveries are claimed again") < 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no recovery line after 30 s\n%s", logs.String())
-		}
-		time.Sleep(5 * time.Millisecond)
+	claims := store.claims.Load()
+	waitFor("20 claims", func() bool { return store.claims.Load() >= claims+20 })
+	if n := lines("claimed again"); n != 0 {
+		t.Errorf("%d recovery lines within %s of the last line, want none yet\n%s", n, notify.ClaimLogEvery, logs.String())
 	}
-	stop()
-	<-done
-	if n := logs.Count(`msg="claim deliveries"`); n != 1 {
-		t.Errorf("%d lines for %d failed claims, want one (under %s)\n%s", n, store.n.Load(), notify.ClaimLogEvery, logs.String())
+	advance()
+	waitFor("a recovery line", func() bool { return lines("claimed again") == 1 })
+	if !strings.Contains(logs.String(), `level=INFO msg="deliveries are claimed again" kind=webhook failures=`) {
+		t.Errorf("recovery line:\n%s", logs.String())
 	}
-	if !strings.Contains(logs.String(), `level=INFO msg="deliveries are claimed again" kind=webhook failures=`) ||
-		strings.Contains(logs.String(), "failures=0") || logs.Count("claimed again") != 1 {
-		t.Errorf("the recovery line does not count the failures after the first\n%s", logs.String())
+	// Another poll adds nothing.
+	claims = store.claims.Load()
+	waitFor("20 claims more", func() bool { return store.claims.Load() >= claims+20 })
+	if n := lines("claimed again") + lines(`msg="claim deliveries"`); n != 3 {
+		t.Errorf("%d lines, want 3\n%s", n, logs.String())
 	}
 }
 
