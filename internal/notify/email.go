@@ -526,16 +526,19 @@ var errNoStartTLS = errors.New("the server does not offer STARTTLS")
 
 // isTLSFailure reports whether err is a failure to secure the connection:
 // no STARTTLS where it is required, a certificate that does not verify, a
-// TLS alert from the server, or a server that does not speak TLS where
-// implicit TLS was asked for. (Temporary: the operator can fix the
-// configuration, or the server, while the e-mail waits.)
+// TLS alert either side sent (a version or cipher the other does not take;
+// crypto/tls returns those over TCP as a net.OpError of Op "remote error"
+// or "local error"), or a server that does not speak TLS where implicit
+// TLS was asked for. (Temporary: the operator can fix the configuration,
+// or the server, while the e-mail waits.)
 func isTLSFailure(err error) bool {
 	var (
 		cv *tls.CertificateVerificationError
-		ae tls.AlertError
 		re tls.RecordHeaderError
+		oe *net.OpError
 	)
-	return errors.Is(err, errNoStartTLS) || errors.As(err, &cv) || errors.As(err, &ae) || errors.As(err, &re)
+	return errors.Is(err, errNoStartTLS) || errors.As(err, &cv) || errors.As(err, &re) ||
+		errors.As(err, &oe) && (oe.Op == "remote error" || oe.Op == "local error")
 }
 
 // IsPermanent reports whether err, from SendAlert, is a failure that

@@ -37,6 +37,7 @@ type smtpTestOptions struct {
 	insecureAuth bool   // allow AUTH without TLS
 	startTLS     bool   // offer STARTTLS
 	implicitTLS  bool   // TLS from the first byte
+	tlsMax       uint16 // with implicitTLS: the highest TLS version taken (0: Go's)
 	rcptErr      error  // the reply to every RCPT
 	dataErr      error  // the reply to every DATA
 }
@@ -83,7 +84,11 @@ func startSMTPServer(t *testing.T, opts smtpTestOptions) *smtpTestServer {
 	}
 	ts.host, ts.port = "127.0.0.1", l.Addr().(*net.TCPAddr).Port
 	if opts.implicitTLS {
-		l = tls.NewListener(l, smtpTestTLSConfig(t))
+		cfg := smtpTestTLSConfig(t)
+		if opts.tlsMax != 0 {
+			cfg.MinVersion, cfg.MaxVersion = tls.VersionTLS10, opts.tlsMax
+		}
+		l = tls.NewListener(l, cfg)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -576,19 +581,23 @@ func TestSendAlertImplicitTLS(t *testing.T) {
 	}
 }
 
-// An implicit-TLS mailer whose server speaks plain SMTP, or whose
-// certificate does not verify, is told so.
+// An implicit-TLS mailer whose server speaks plain SMTP, whose
+// certificate does not verify, or that answers the handshake with an
+// alert (a TLS version the mailer does not take: a review found such a
+// remote error called "could not be reached") is told so.
 func TestSendAlertImplicitTLSFailure(t *testing.T) {
 	for _, tt := range []struct {
-		name   string
-		server smtpTestOptions
+		name     string
+		server   smtpTestOptions
+		insecure bool
 	}{
-		{"plain server", smtpTestOptions{}},
-		{"unverified certificate", smtpTestOptions{implicitTLS: true}},
+		{"plain server", smtpTestOptions{}, false},
+		{"unverified certificate", smtpTestOptions{implicitTLS: true}, false},
+		{"server on TLS 1.1", smtpTestOptions{implicitTLS: true, tlsMax: tls.VersionTLS11}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ts := startSMTPServer(t, tt.server)
-			m := smtpTestMailer(t, ts, func(c *SMTPConfig) { c.TLS = true })
+			m := smtpTestMailer(t, ts, func(c *SMTPConfig) { c.TLS, c.InsecureSkipVerify = true, tt.insecure })
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			err := m.SendAlert(ctx, "ada@example.com", smtpTestAlert())
