@@ -663,7 +663,8 @@ func TestSIGTERMFailsWhenMeteredCallsAreLost(t *testing.T) {
 	}
 	// Another connection holds the database's write lock: the meter's
 	// writes wait on it. (Readers go on: the file is in WAL mode.)
-	lock, err := sql.Open("sqlite", path)
+	// (It waits for the lock too: the meter may hold it a moment.)
+	lock, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -673,6 +674,7 @@ func TestSIGTERMFailsWhenMeteredCallsAreLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer conn.Close()
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,6 +54,8 @@ func TestOpenCreatesDirectory(t *testing.T) {
 // owner alone, whatever the umask (an audit: they followed it, 0644, and
 // hold webhook signing secrets); an existing file keeps its mode.
 func TestOpenNewFileIsPrivate(t *testing.T) {
+	// A umask that would leave the files readable by others.
+	defer syscall.Umask(syscall.Umask(0o022))
 	dir := t.TempDir()
 	path := filepath.Join(dir, "coinpulse.db")
 	db, err := Open(t.Context(), path)
