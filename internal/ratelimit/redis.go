@@ -234,10 +234,14 @@ func badRedisOptions(raw string) string {
 		return badRedisURL
 	}
 	var bad []string
-	unknown := false
+	unknown, verify := false, false
 	for k, v := range u.Query() {
 		if !slices.Contains(redisURLOptions, k) {
 			unknown = true
+			continue
+		}
+		if k == "skip_verify" && !strings.EqualFold(u.Scheme, "rediss") {
+			verify = true // go-redis takes it with TLS only
 			continue
 		}
 		one := base
@@ -250,6 +254,9 @@ func badRedisOptions(raw string) string {
 	var why []string
 	if len(bad) > 0 {
 		why = append(why, "the value of its option "+strings.Join(bad, ", ")+" does not read (a number, a duration such as 2s, or true or false, as the option takes)")
+	}
+	if verify {
+		why = append(why, "it has skip_verify, which go-redis takes with rediss:// (TLS) only")
 	}
 	if unknown {
 		// Less the two ClientOptions refuses.

@@ -985,6 +985,7 @@ func TestClientOptionsNameBadOptions(t *testing.T) {
 		"redis://:s3cret@127.0.0.1:6379/7?pool_size=abc&dial_timeout=x": {"option dial_timeout, pool_size does not read"},
 		"redis://:s3cret@127.0.0.1:6379/7?bogus_opt=1":                  {"it has an option go-redis does not take (it takes db, "},
 		"redis://:s3cret@127.0.0.1:6379/7?db=x&bogus=1":                 {"option db does not read", ", and it has an option go-redis does not take"},
+		"redis://:s3cret@127.0.0.1:6379/7?skip_verify=true":             {"it has skip_verify, which go-redis takes with rediss:// (TLS) only"},
 	} {
 		_, err := ClientOptions(u)
 		if err == nil {
