@@ -1515,4 +1515,12 @@ func TestSnapshotIDNamesTheConfiguration(t *testing.T) {
 	if !strings.HasPrefix(base, strconv.FormatInt(start.UnixMilli(), 36)+"-") {
 		t.Errorf("snapshot id %q does not begin with its time", base)
 	}
+
+	// A loaded engine's snapshots carry its configuration's hash (a
+	// review: nothing failed when Load did not set it).
+	env := loadedEnv(t, 0)
+	s := env.tick(t, start.Add(time.Minute))
+	if want := snapshotID(s.AsOf, env.engine.configHash()); s.ID != want {
+		t.Errorf("snapshot id %q, want %q", s.ID, want)
+	}
 }

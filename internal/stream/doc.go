@@ -80,7 +80,7 @@
 //	    "subscription_count" is how many coins the connection now follows
 //	{"type":"unsubscribed","sequence":3,"channel":"prices","coins":["ethereum"],"subscription_count":1}
 //	{"type":"subscribed","sequence":4,"channel":"alerts"}
-//	{"type":"prices","sequence":5,"as_of":"2025-01-01T12:00:00.000Z","snapshot":"m5duhs00",
+//	{"type":"prices","sequence":5,"as_of":"2025-01-01T12:00:00.000Z","snapshot":"m5duhs00-1k2x9qz",
 //	 "updates":[{"coin_id":"bitcoin","symbol":"btc","price":97000.5,"price_change_percentage_24h":-1.25,
 //	             "market_cap":1920000000000,"total_volume":35000000000,"last_updated":"2025-01-01T12:00:00Z"}]}
 //	    one per market refresh, with the followed coins it updated (none: no message);
