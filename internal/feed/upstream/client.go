@@ -201,9 +201,23 @@ func (c *Client) Get(ctx context.Context, path string, q url.Values) ([]byte, er
 			c.holdOff(retryAfter)
 		case errors.As(err, &se) && se.Status < 500:
 			return nil, err
+		case attempt == 0 && c.attempts > 1:
+			// Said once a call, not once an attempt: the caller hears of
+			// it only when the retries give up, a minute later.
+			c.log.Warn(c.name+": a call failed; retrying", "path", path, "err", err, "retries", c.attempts-1, "within", c.retrySpan())
 		}
 	}
 	return nil, fmt.Errorf("%w (gave up after %d attempts)", last, c.attempts)
+}
+
+// retrySpan is how long Get's pauses between attempts add up to (a 429's
+// waits aside).
+func (c *Client) retrySpan() time.Duration {
+	var d time.Duration
+	for attempt := 1; attempt < c.attempts; attempt++ {
+		d += min(c.retryBase<<(attempt-1), 30*c.retryBase)
+	}
+	return d
 }
 
 // do makes one call. retryAfter is what a 429 asks to wait (a minute when
