@@ -897,7 +897,23 @@ func TestJSON(t *testing.T) {
 	if p := o.do("POST", fmt.Sprintf("/user/api/data/keys/%d/revoke", created.Data.ID), nil, "X-CSRF-Token", otok); p.status != http.StatusNotFound || !strings.Contains(p.body, `"RESOURCE_NOT_FOUND"`) {
 		t.Errorf("other's key: %d %s", p.status, p.body)
 	}
-	if p := post(fmt.Sprintf("/user/api/data/keys/%d/revoke", created.Data.ID), ""); p.status != http.StatusOK || !strings.Contains(p.body, `"active":false`) {
+	// A revoke takes no body, or {}; another is a 422 that revokes
+	// nothing (an audit: any body revoked the key).
+	for body, field := range map[string]string{`{"bogus":1}`: `"field":"bogus"`, `not json at all`: `"field":"body"`, `{}{}`: `"field":"body"`, `[]`: `"field":"body"`} {
+		if p := post(fmt.Sprintf("/user/api/data/keys/%d/revoke", created.Data.ID), body); p.status != http.StatusUnprocessableEntity || !strings.Contains(p.body, field) || !strings.Contains(p.body, "takes no fields") {
+			t.Errorf("revoke with the body %s: %d %s", body, p.status, p.body)
+		}
+	}
+	type listedKey struct {
+		ID     int64 `json:"id"`
+		Active bool  `json:"active"`
+	}
+	var listed struct{ Data []listedKey }
+	json.Unmarshal([]byte(c.get("/user/api/data/keys").body), &listed)
+	if i := slices.IndexFunc(listed.Data, func(k listedKey) bool { return k.ID == created.Data.ID }); i < 0 || !listed.Data[i].Active {
+		t.Errorf("a refused revoke revoked the key, or it is not listed: %+v", listed.Data)
+	}
+	if p := post(fmt.Sprintf("/user/api/data/keys/%d/revoke", created.Data.ID), " {} "); p.status != http.StatusOK || !strings.Contains(p.body, `"active":false`) {
 		t.Errorf("revoke: %d %s", p.status, p.body)
 	}
 	// The API learns of the revocation within its key cache's refresh.

@@ -1,9 +1,11 @@
 package dashboard
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
@@ -196,17 +198,11 @@ func (d *Dashboard) dataCreateKey(w http.ResponseWriter, r *http.Request) {
 	if a == nil {
 		return
 	}
-	raw, err := io.ReadAll(r.Body)
-	var tooBig *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooBig):
-		d.jsonError(w, coinpulse.Errorf(coinpulse.CodePayloadTooLarge, "The request body is over %d bytes.", maxBody))
-		return
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		d.jsonError(w, coinpulse.Errorf(coinpulse.CodeRequestTimeout, "The request body did not arrive in time: send the whole body promptly after the headers."))
+	raw, ok := d.readBody(w, r)
+	if !ok {
 		return
 	}
-	name, mode, perms, err := keyBody(raw, err)
+	name, mode, perms, err := keyBody(raw)
 	if err != nil {
 		d.jsonError(w, err)
 		return
@@ -227,19 +223,60 @@ func (d *Dashboard) dataCreateKey(w http.ResponseWriter, r *http.Request) {
 	d.jsonData(w, http.StatusCreated, out)
 }
 
-// keyBody reads a key's JSON body, raw (read with readErr), as the API
+// readBody reads r's body; a body that cannot be read (over the limit,
+// too slow, cut off) is answered here, and ok is false.
+func (d *Dashboard) readBody(w http.ResponseWriter, r *http.Request) (raw []byte, ok bool) {
+	raw, err := io.ReadAll(r.Body)
+	var tooBig *http.MaxBytesError
+	switch {
+	case err == nil:
+		return raw, true
+	case errors.As(err, &tooBig):
+		d.jsonError(w, coinpulse.Errorf(coinpulse.CodePayloadTooLarge, "The request body is over %d bytes.", maxBody))
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		d.jsonError(w, coinpulse.Errorf(coinpulse.CodeRequestTimeout, "The request body did not arrive in time: send the whole body promptly after the headers."))
+	default:
+		d.jsonError(w, coinpulse.ValidationError("body", "the request body could not be read whole"))
+	}
+	return nil, false
+}
+
+// noBody checks the body of an endpoint that takes none, raw, as the API
+// does: nothing, or {} (JSON white space around either); anything else is
+// a VALIDATION_ERROR, so that a malformed request changes nothing.
+func noBody(raw []byte) error {
+	msg := "this endpoint takes no fields (send {} or no body)"
+	if len(bytes.Trim(raw, " \t\r\n")) == 0 {
+		return nil
+	}
+	var fields map[string]json.RawMessage
+	if !utf8.Valid(raw) || json.Unmarshal(raw, &fields) != nil || fields == nil {
+		return coinpulse.ValidationError("body", msg)
+	}
+	if len(fields) > 0 {
+		names := slices.Sorted(maps.Keys(fields))
+		field := truncate(names[0], 50)
+		if field == "" {
+			field = `""`
+		}
+		return coinpulse.ValidationError(field, "unknown field; "+msg)
+	}
+	return nil
+}
+
+// keyBody reads a key's JSON body, raw, as the API
 // reads one: a single object of UTF-8 text with only the fields name,
 // mode and permissions, matched exactly (encoding/json matches names
 // case-insensitively, so {"mode":"test","MODE":"live"} would make a live
 // key), none given twice, strings without a lone surrogate escape (which
 // encoding/json would store as U+FFFD), and nothing after the object.
-func keyBody(raw []byte, readErr error) (name, mode string, perms []string, err error) {
+func keyBody(raw []byte) (name, mode string, perms []string, err error) {
 	bodyErr := func() error {
 		msg := "The body must be one JSON object {\"name\", \"mode\", \"permissions\"}, in UTF-8."
 		return &coinpulse.Error{Code: coinpulse.CodeValidation, Message: msg, Details: []coinpulse.FieldError{{Field: "body", Message: msg}}}
 	}
 	var fields map[string]json.RawMessage
-	if readErr != nil || !utf8.Valid(raw) || json.Unmarshal(raw, &fields) != nil || fields == nil {
+	if !utf8.Valid(raw) || json.Unmarshal(raw, &fields) != nil || fields == nil {
 		return "", "", nil, bodyErr()
 	}
 	var unknown []string
@@ -290,6 +327,14 @@ func keyBody(raw []byte, readErr error) (name, mode string, perms []string, err 
 func (d *Dashboard) dataRevoke(w http.ResponseWriter, r *http.Request) {
 	a := d.dataAuth(w, r)
 	if a == nil {
+		return
+	}
+	raw, ok := d.readBody(w, r)
+	if !ok {
+		return
+	}
+	if err := noBody(raw); err != nil {
+		d.jsonError(w, err)
 		return
 	}
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
