@@ -605,6 +605,34 @@ func TestBrowserDashboard(t *testing.T) {
 		t.Errorf("the first call with the revoked key: %d %s, want 401 INVALID_API_KEY", refused.status, refused.code)
 	}
 
+	// A key of the longest name (64 characters), and every table fits its
+	// box on a desktop, a tablet and a phone: nothing, the Revoke button
+	// least of all, is out of view (an audit: at 768 px and, with a long
+	// name, at 1280 px the keys table hid its last columns; on a phone the
+	// recent calls showed two of seven).
+	status := value(b, "create a key of a long name", chromedp.Evaluate[float64](`fetch("/user/api/data/keys", {method: "POST",
+		headers: {"X-CSRF-Token": document.querySelector('meta[name="csrf-token"]').content},
+		body: JSON.stringify({name: "W".repeat(64), mode: "test", permissions: ["read"]})}).then(r => r.status)`, chromedp.EvalAwaitPromise))
+	if status != 201 {
+		t.Fatalf("creating a key of a 64-character name: %v", status)
+	}
+	for _, vp := range []struct {
+		name string
+		w, h int64
+	}{{"desktop", 1280, 800}, {"tablet", 768, 1024}, {"phone", 390, 844}} {
+		b.do(vp.name+" viewport", chromedp.EmulateViewport(vp.w, vp.h))
+		b.load("reload", chromedp.Reload())
+		if over := js[[]string](b, `Array.from(document.querySelectorAll("table"), t => t.scrollWidth > t.parentElement.clientWidth + 1 ? (t.id || t.querySelector("th").textContent) + ": " + t.scrollWidth + " px in " + t.parentElement.clientWidth : "").filter(Boolean)`); len(over) > 0 {
+			t.Errorf("at %d px these tables are wider than their box: %q", vp.w, over)
+		}
+		if w, sw := js[float64](b, "window.innerWidth"), js[float64](b, "document.documentElement.scrollWidth"); sw > w {
+			t.Errorf("at %d px the page is %.0f px wide", vp.w, sw)
+		}
+		b.screenshot("dashboard-long-name-" + vp.name)
+	}
+	b.do("desktop viewport", chromedp.EmulateReset())
+	b.load("reload", chromedp.Reload())
+
 	// Log out: the dashboard sends you to log in again, and Back does not
 	// show the account: a page restored from the back-forward cache loads
 	// itself anew (an audit: Chromium restored the account's page, as it
