@@ -54,6 +54,10 @@ const (
 	// settleTimeout bounds the store's work on a key, which goes on after
 	// the client hung up: that is when a key matters most.
 	settleTimeout = 10 * time.Second
+	// claimReleaseTimeout is the part of settleTimeout kept, when a claim
+	// fails, to let go of what it may have claimed: the 503 comes within
+	// settleTimeout in all.
+	claimReleaseTimeout = 2 * time.Second
 	// idempotencySweep is how often a node deletes the keys older than
 	// IdempotencyKeep (every node does; all but the first find none).
 	idempotencySweep = 10 * time.Minute
@@ -95,7 +99,7 @@ func (s *Server) claimIdempotencyKey(e *exchange, r *http.Request) (claim *coinp
 		Request: request, Digest: digest,
 		RequestID: e.id, Claim: rand.Text(), CreatedAt: now, LeaseUntil: now.Add(s.keyLease),
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), settleTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), settleTimeout-claimReleaseTimeout)
 	defer cancel()
 	held, claimed, err := s.store.ClaimIdempotencyKey(ctx, k, now.Add(-IdempotencyKeep))
 	outcome := s.metrics.idempotency.WithLabelValues
@@ -107,7 +111,7 @@ func (s *Server) claimIdempotencyKey(e *exchange, r *http.Request) (claim *coinp
 			// The claim may have been made, its acknowledgement lost: a
 			// claim that ran nothing is let go, so that the request sent
 			// again is not told it is still being answered.
-			release, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Second)
+			release, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), claimReleaseTimeout)
 			s.store.ReleaseIdempotencyKey(release, k)
 			cancel()
 		}
