@@ -1543,6 +1543,23 @@ func TestPasswordProblem(t *testing.T) {
 		{"abcdefghijk", "", "sequence"},
 		{"aaaaaaaaaaaa", "", "sequence"},
 		{"abababab12", "", "sequence"},
+		// Walks, runs and repeats an audit found taken.
+		{"1q2w3e4r5t6y7u", "", "walks the keyboard"},
+		{"1qaz2wsx3edc4rfv", "", "walks the keyboard"},
+		{"!QAZ2wsx#EDC", "", "walks the keyboard"},
+		{"12345qwert", "", "walks the keyboard"},
+		{"qwert12345", "", "walks the keyboard"},
+		{"123456789a", "", "walks the keyboard"},
+		{"a123456789", "", "walks the keyboard"},
+		{"passwordpassword", "", "repeats"},
+		{"qwertyqwerty", "", "repeats"},
+		{"123qwe123qwe", "", "repeats"},
+		{"1234512345", "", "repeats"},
+		// Random ones are not refused by chance (about 1 in 70,000
+		// random 10-character passwords of letters and digits is).
+		{"xK9#mQ2$vL7p", "", ""},
+		{"sunflower-field-77", "", ""},
+		{"correct horse battery staple", "", ""},
 		{"margaret.h1234", "margaret.h@example.com", "e-mail address"},
 		{"x-ann@example.com", "ann@example.com", "e-mail address"},
 		{"joanna-loves-maps", "ann@example.com", ""}, // a short local part may appear by chance

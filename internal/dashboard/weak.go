@@ -38,6 +38,12 @@ func guessable(pw, email string) string {
 	if sequence(lower) {
 		return "This password is a sequence or repeats a few characters; choose another."
 	}
+	if repeats(lower) {
+		return "This password repeats a shorter one; choose another."
+	}
+	if walk(lower) {
+		return "This password walks the keyboard or counts up or down (such as 1q2w3e4r or 12345qwert); choose another."
+	}
 	if email != "" {
 		e := strings.ToLower(email)
 		local := e[:max(strings.IndexByte(e, '@'), 0)]
@@ -86,4 +92,95 @@ func stepOf(a, b rune) rune {
 		}
 	}
 	return d
+}
+
+// repeats reports whether s is a shorter string said again, whole or in
+// part ("passwordpassword", "123qwe123qwe", "1234512345").
+func repeats(s string) bool {
+	rs := []rune(s)
+	for period := 1; period <= len(rs)/2; period++ {
+		same := true
+		for i := period; i < len(rs) && same; i++ {
+			same = rs[i] == rs[i-period]
+		}
+		if same {
+			return true
+		}
+	}
+	return false
+}
+
+// keyboard is a US QWERTY keyboard's rows, unshifted; each row's keys sit
+// between two of the row above's (so q touches 1 and 2, a touches q and w).
+var keyboard = [...]string{"`1234567890-=", "qwertyuiop[]\\", "asdfghjkl;'", "zxcvbnm,./"}
+
+// keyAt is where each key is (row, column), shifted characters at their
+// key's place.
+var keyAt = func() map[rune][2]int {
+	m := map[rune][2]int{}
+	for r, row := range keyboard {
+		for c, k := range row {
+			// The number row starts a half key to the left of the
+			// letters: its columns from 0 at 1.
+			m[k] = [2]int{r, c - boolInt(r == 0)}
+		}
+	}
+	for shifted, key := range map[rune]rune{'~': '`', '!': '1', '@': '2', '#': '3', '$': '4', '%': '5', '^': '6', '&': '7', '*': '8', '(': '9', ')': '0',
+		'_': '-', '+': '=', '{': '[', '}': ']', '|': '\\', ':': ';', '"': '\'', '<': ',', '>': '.', '?': '/'} {
+		m[shifted] = m[key]
+	}
+	return m
+}()
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// walk reports whether s, in lower case, walks the keyboard or counts:
+// four in five of its pairs of neighbouring characters are keys that
+// touch on a QWERTY keyboard, the same key, or one step apart in the
+// alphabet or the digits ("1q2w3e4r5t6y7u", "1qaz2wsx3edc4rfv",
+// "!qaz2wsx#edc", "12345qwert", "123456789a"). By chance, a pair of
+// characters is that close about one time in six.
+func walk(s string) bool {
+	rs := []rune(s)
+	if len(rs) < 2 {
+		return false
+	}
+	breaks := 0
+	for i := 1; i < len(rs); i++ {
+		if !near(rs[i-1], rs[i]) {
+			breaks++
+		}
+	}
+	return breaks*5 <= len(rs)-1
+}
+
+// near reports whether a and b are the same key, keys that touch, or one
+// step apart.
+func near(a, b rune) bool {
+	if d := stepOf(a, b); d >= -1 && d <= 1 {
+		return true
+	}
+	pa, oka := keyAt[a]
+	pb, okb := keyAt[b]
+	if !oka || !okb {
+		return false
+	}
+	if pa == pb {
+		return true
+	}
+	if pb[0] < pa[0] {
+		pa, pb = pb, pa // pa the upper
+	}
+	switch pb[0] - pa[0] {
+	case 0:
+		return pb[1]-pa[1] == 1 || pa[1]-pb[1] == 1
+	case 1: // the lower key sits between the upper's column and the next
+		return pa[1] == pb[1] || pa[1] == pb[1]+1
+	}
+	return false
 }
