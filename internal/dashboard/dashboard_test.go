@@ -648,15 +648,29 @@ func TestKeys(t *testing.T) {
 		!strings.Contains(row[1], fmt.Sprintf(`id="revoke-%d"`, k.ID)) || !strings.Contains(row[1], "read,write") {
 		t.Errorf("key row: %v", row)
 	}
-	// Refusals: a bad name, no permission.
-	for _, f := range []url.Values{
-		{"name": {""}, "mode": {"live"}, "permissions": {"read"}},
-		{"name": {strings.Repeat("n", 65)}, "mode": {"live"}, "permissions": {"read"}},
-		{"name": {"x"}, "mode": {"live"}},
-		{"name": {"x"}, "mode": {"prod"}, "permissions": {"read"}},
+	// Refusals: a bad name, no permission. The message stands beside the
+	// field too, which says it is invalid, points to it and takes the
+	// focus (an audit: only the top of the page said it).
+	for _, tc := range []struct {
+		form   url.Values
+		marked string // the element marked invalid, up to its attributes
+	}{
+		{url.Values{"name": {""}, "mode": {"live"}, "permissions": {"read"}}, `<input type="text" name="name" id="key-name"`},
+		{url.Values{"name": {strings.Repeat("n", 65)}, "mode": {"live"}, "permissions": {"read"}}, `<input type="text" name="name" id="key-name"`},
+		{url.Values{"name": {"x"}, "mode": {"live"}}, `<fieldset`},
+		{url.Values{"name": {"x"}, "mode": {"prod"}, "permissions": {"read"}}, `<select name="mode" id="key-mode"`},
 	} {
-		if p := c.post("/user/api/keys", f, "/user/api"); p.status != http.StatusUnprocessableEntity || formError(p) == "" || !strings.Contains(p.body, `id="keys"`) {
-			t.Errorf("%v: %d %q", f, p.status, formError(p))
+		p := c.post("/user/api/keys", tc.form, "/user/api")
+		if p.status != http.StatusUnprocessableEntity || formError(p) == "" || !strings.Contains(p.body, `id="keys"`) {
+			t.Errorf("%v: %d %q", tc.form, p.status, formError(p))
+		}
+		el := regexp.MustCompile(regexp.QuoteMeta(tc.marked) + `[^>]*>`).FindString(p.body)
+		if !strings.Contains(el, `aria-invalid="true"`) || !strings.Contains(el, "key-form-error") || strings.Count(p.body, `aria-invalid="true"`) != 1 {
+			t.Errorf("%v: the invalid field is %q; want it alone marked, pointing to key-form-error", tc.form, el)
+		}
+		beside := regexp.MustCompile(`(?s)<p id="key-form-error" class="error">(.*?)</p>`).FindStringSubmatch(p.body)
+		if beside == nil || beside[1] != formError(p) || strings.Count(p.body, "autofocus") != 1 {
+			t.Errorf("%v: beside the field %v, at the top %q, autofocus %d times", tc.form, beside, formError(p), strings.Count(p.body, "autofocus"))
 		}
 	}
 	// Up to 5 active; then the form gives way to the explanation.

@@ -151,11 +151,15 @@ func (d *Dashboard) showDashboardNotice(w http.ResponseWriter, r *http.Request, 
 	d.render(w, r, status, "dashboard", &page{Title: "Dashboard", User: a.user, CSRF: a.session.CSRF, Error: msg, Notice: notice, Dash: v})
 }
 
-// keyForm is the key-creation form's values.
+// keyForm is the key-creation form's values, and what was wrong with
+// them: Invalid names the field ("name", "mode" or "permissions") whose
+// message the form shows beside it.
 type keyForm struct {
 	Name        string
 	Mode        string
 	Read, Write bool
+	Invalid     string
+	Problem     string
 }
 
 // newKeyRequest is a validated request for a key.
@@ -227,6 +231,12 @@ func (d *Dashboard) createKey(w http.ResponseWriter, r *http.Request) {
 	}
 	req, err := validateKey(form.Name, form.Mode, perms)
 	if err != nil {
+		// Beside the field too, which takes the focus (an audit: on a
+		// phone the message stood a screen above the form).
+		var e *coinpulse.Error
+		if errors.As(err, &e) && len(e.Details) > 0 {
+			form.Invalid, form.Problem = e.Details[0].Field, fieldMessage(err)
+		}
 		d.showDashboard(w, r, a, http.StatusUnprocessableEntity, fieldMessage(err), form)
 		return
 	}
