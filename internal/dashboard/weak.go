@@ -12,7 +12,7 @@ import (
 // keyboard walks refused as they are.
 var (
 	commonBases = set("password", "passw0rd", "p@ssword", "p@ssw0rd", "qwerty", "qwertyuiop", "qwertyuiop[]", "qwertz", "azerty",
-		"asdfgh", "asdfghjkl", "zxcvbn", "zxcvbnm", "qazwsx", "qazwsxedc", "iloveyou", "welcome", "letmein", "admin",
+		"asdfgh", "asdfghjkl", "zxcvbn", "zxcvbnm", "qazwsx", "qazwsxedc", "qazwsxedcrfv", "iloveyou", "welcome", "letmein", "admin",
 		"administrator", "changeme", "secret", "monkey", "dragon", "sunshine", "princess", "football", "baseball",
 		"superman", "batman", "master", "shadow", "trustno", "whatever", "starwars", "computer", "internet", "coinpulse",
 		"bitcoin", "ethereum", "crypto", "cryptocurrency", "blockchain", "satoshi", "hodl", "tothemoon", "abc", "abcdef")
@@ -42,7 +42,7 @@ func guessable(pw, email string) string {
 		return "This password repeats a shorter one; choose another."
 	}
 	if walk(lower) {
-		return "This password walks the keyboard or counts up or down (such as 1q2w3e4r or 12345qwert); choose another."
+		return "This password is typed mostly on neighbouring keys, or counts up or down (such as 1q2w3e4r or 12345qwert); choose another."
 	}
 	if email != "" {
 		e := strings.ToLower(email)
@@ -140,30 +140,45 @@ func boolInt(b bool) int {
 }
 
 // walk reports whether s, in lower case, walks the keyboard or counts:
-// four in five of its pairs of neighbouring characters are keys that
-// touch on a QWERTY keyboard, the same key, or one step apart in the
-// alphabet or the digits ("1q2w3e4r5t6y7u", "1qaz2wsx3edc4rfv",
-// "!qaz2wsx#edc", "12345qwert", "123456789a"). By chance, a pair of
-// characters is that close about one time in six.
+// four in five of its steps from one character to the next go to a key
+// that touches on a QWERTY keyboard, or to the letter or digit one up or
+// down ("1q2w3e4r5t6y7u", "1qaz2wsx3edc4rfv", "!qaz2wsx#edc",
+// "12345qwert", "123456789a"). A walk goes on: a step back to the key
+// before ("ese" in "desert") is no walk's, and one character twice is no
+// step at all (a double letter is in many words). Letters alone walk only
+// if every step does ("qazxswedc"): words typed with one hand, such as
+// "treesdesert", take most of their steps to touching keys.
 func walk(s string) bool {
-	rs := []rune(s)
+	var rs []rune
+	letters := true
+	for _, r := range s {
+		if len(rs) == 0 || rs[len(rs)-1] != r {
+			rs = append(rs, r)
+		}
+		letters = letters && 'a' <= r && r <= 'z'
+	}
 	if len(rs) < 2 {
 		return false
 	}
 	breaks := 0
 	for i := 1; i < len(rs); i++ {
-		if !near(rs[i-1], rs[i]) {
+		if !near(rs[i-1], rs[i]) || i >= 2 && rs[i] == rs[i-2] {
 			breaks++
 		}
+	}
+	if letters {
+		return breaks == 0
 	}
 	return breaks*5 <= len(rs)-1
 }
 
-// near reports whether a and b are the same key, keys that touch, or one
-// step apart.
+// near reports whether a and b (not the same) are keys that touch, or
+// letters or digits one step apart.
 func near(a, b rune) bool {
-	if d := stepOf(a, b); d >= -1 && d <= 1 {
-		return true
+	if alnum(a) == alnum(b) && alnum(a) != 0 {
+		if d := stepOf(a, b); d == 1 || d == -1 {
+			return true
+		}
 	}
 	pa, oka := keyAt[a]
 	pb, okb := keyAt[b]
@@ -171,7 +186,7 @@ func near(a, b rune) bool {
 		return false
 	}
 	if pa == pb {
-		return true
+		return true // a character and its shifted one
 	}
 	if pb[0] < pa[0] {
 		pa, pb = pb, pa // pa the upper
@@ -183,4 +198,15 @@ func near(a, b rune) bool {
 		return pa[1] == pb[1] || pa[1] == pb[1]+1
 	}
 	return false
+}
+
+// alnum is 'a' for an ASCII lower-case letter, '0' for a digit, else 0.
+func alnum(r rune) rune {
+	switch {
+	case 'a' <= r && r <= 'z':
+		return 'a'
+	case '0' <= r && r <= '9':
+		return '0'
+	}
+	return 0
 }
