@@ -652,20 +652,21 @@ func TestKeys(t *testing.T) {
 	// field too, which says it is invalid, points to it and takes the
 	// focus (an audit: only the top of the page said it).
 	for _, tc := range []struct {
-		form   url.Values
-		marked string // the element marked invalid, up to its attributes
+		form    url.Values
+		marked  string // the (first) element marked invalid, up to its attributes
+		invalid int    // how many are
 	}{
-		{url.Values{"name": {""}, "mode": {"live"}, "permissions": {"read"}}, `<input type="text" name="name" id="key-name"`},
-		{url.Values{"name": {strings.Repeat("n", 65)}, "mode": {"live"}, "permissions": {"read"}}, `<input type="text" name="name" id="key-name"`},
-		{url.Values{"name": {"x"}, "mode": {"live"}}, `<fieldset`},
-		{url.Values{"name": {"x"}, "mode": {"prod"}, "permissions": {"read"}}, `<select name="mode" id="key-mode"`},
+		{url.Values{"name": {""}, "mode": {"live"}, "permissions": {"read"}}, `<input type="text" name="name" id="key-name"`, 1},
+		{url.Values{"name": {strings.Repeat("n", 65)}, "mode": {"live"}, "permissions": {"read"}}, `<input type="text" name="name" id="key-name"`, 1},
+		{url.Values{"name": {"x"}, "mode": {"live"}}, `<input type="checkbox" name="permissions" value="read"`, 2}, // both boxes
+		{url.Values{"name": {"x"}, "mode": {"prod"}, "permissions": {"read"}}, `<select name="mode" id="key-mode"`, 1},
 	} {
 		p := c.post("/user/api/keys", tc.form, "/user/api")
 		if p.status != http.StatusUnprocessableEntity || formError(p) == "" || !strings.Contains(p.body, `id="keys"`) {
 			t.Errorf("%v: %d %q", tc.form, p.status, formError(p))
 		}
 		el := regexp.MustCompile(regexp.QuoteMeta(tc.marked) + `[^>]*>`).FindString(p.body)
-		if !strings.Contains(el, `aria-invalid="true"`) || !strings.Contains(el, "key-form-error") || strings.Count(p.body, `aria-invalid="true"`) != 1 {
+		if !strings.Contains(el, `aria-invalid="true"`) || !strings.Contains(el, "key-form-error") || strings.Count(p.body, `aria-invalid="true"`) != tc.invalid {
 			t.Errorf("%v: the invalid field is %q; want it alone marked, pointing to key-form-error", tc.form, el)
 		}
 		beside := regexp.MustCompile(`(?s)<p id="key-form-error" class="error">(.*?)</p>`).FindStringSubmatch(p.body)
