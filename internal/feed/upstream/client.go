@@ -171,6 +171,7 @@ func (c *Client) Get(ctx context.Context, path string, q url.Values) ([]byte, er
 		u += "?" + q.Encode()
 	}
 	var last error
+	told := false // the log has this call's failure
 	for attempt := range c.attempts {
 		if attempt > 0 {
 			// 1, 2, 4, … retry bases, and at least what a 429 asked for
@@ -201,20 +202,23 @@ func (c *Client) Get(ctx context.Context, path string, q url.Values) ([]byte, er
 			c.holdOff(retryAfter)
 		case errors.As(err, &se) && se.Status < 500:
 			return nil, err
-		case attempt == 0 && c.attempts > 1:
+		case !told && attempt < c.attempts-1:
 			// Said once a call, not once an attempt: the caller hears of
-			// it only when the retries give up, a minute later.
-			c.log.Warn(c.name+": a call failed; retrying", "path", path, "err", err, "retries", c.attempts-1, "within", c.retrySpan())
+			// it only when the retries give up, minutes later. (pauses:
+			// between the attempts, each of which may take the HTTP
+			// client's timeout too.)
+			told = true
+			c.log.Warn(c.name+": a call failed; retrying", "path", path, "err", err, "retries", c.attempts-1-attempt, "pauses", c.retrySpan(attempt))
 		}
 	}
 	return nil, fmt.Errorf("%w (gave up after %d attempts)", last, c.attempts)
 }
 
-// retrySpan is how long Get's pauses between attempts add up to (a 429's
-// waits aside).
-func (c *Client) retrySpan() time.Duration {
+// retrySpan is how long Get's pauses before the attempts after attempt
+// add up to (a 429's waits aside).
+func (c *Client) retrySpan(after int) time.Duration {
 	var d time.Duration
-	for attempt := 1; attempt < c.attempts; attempt++ {
+	for attempt := after + 1; attempt < c.attempts; attempt++ {
 		d += min(c.retryBase<<(attempt-1), 30*c.retryBase)
 	}
 	return d

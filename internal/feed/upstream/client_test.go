@@ -67,10 +67,10 @@ func TestRetriedCallLoggedOnce(t *testing.T) {
 	if _, err := c.Get(context.Background(), "/x", nil); err == nil || calls != 4 {
 		t.Fatalf("%v after %d calls", err, calls)
 	}
-	if n := logs.Count("a call failed; retrying"); n != 1 || !strings.Contains(logs.String(), "path=/x") || !strings.Contains(logs.String(), "retries=3 within=7ms") {
+	if n := logs.Count("a call failed; retrying"); n != 1 || !strings.Contains(logs.String(), "path=/x") || !strings.Contains(logs.String(), "retries=3 pauses=7ms") {
 		t.Errorf("%d lines, want one naming the path, the 3 retries and their 7 ms:\n%s", n, logs.String())
 	}
-	if got := (&Client{retryBase: 2 * time.Second, attempts: 6}).retrySpan(); got != 62*time.Second {
+	if got := (&Client{retryBase: 2 * time.Second, attempts: 6}).retrySpan(0); got != 62*time.Second {
 		t.Errorf("the default retries take %s, want 62s", got)
 	}
 }
