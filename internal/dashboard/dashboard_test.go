@@ -914,7 +914,7 @@ func TestJSON(t *testing.T) {
 	}
 	// A revoke takes no body, or {}; another is a 422 that revokes
 	// nothing (an audit: any body revoked the key).
-	for body, field := range map[string]string{`{"bogus":1}`: `"field":"bogus"`, `not json at all`: `"field":"body"`, `{}{}`: `"field":"body"`, `[]`: `"field":"body"`} {
+	for body, field := range map[string]string{`{"bogus":1}`: `"field":"bogus"`, `{"b":1,"a":2}`: `"invalid fields: a, b; see details"`, `not json at all`: `"field":"body"`, `{}{}`: `"field":"body"`, `[]`: `"field":"body"`} {
 		if p := post(fmt.Sprintf("/user/api/data/keys/%d/revoke", created.Data.ID), body); p.status != http.StatusUnprocessableEntity || !strings.Contains(p.body, field) || !strings.Contains(p.body, "takes no fields") {
 			t.Errorf("revoke with the body %s: %d %s", body, p.status, p.body)
 		}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -253,15 +254,26 @@ func noBody(raw []byte) error {
 	if !utf8.Valid(raw) || json.Unmarshal(raw, &fields) != nil || fields == nil {
 		return coinpulse.ValidationError("body", msg)
 	}
-	if len(fields) > 0 {
-		names := slices.Sorted(maps.Keys(fields))
-		field := truncate(names[0], 50)
+	if len(fields) == 0 {
+		return nil
+	}
+	// One detail a field, as the API gives them.
+	e := &coinpulse.Error{Code: coinpulse.CodeValidation}
+	var names []string
+	for _, name := range slices.Sorted(maps.Keys(fields)) {
+		field := truncate(name, 50)
 		if field == "" {
 			field = `""`
 		}
-		return coinpulse.ValidationError(field, "unknown field; "+msg)
+		names = append(names, field)
+		e.Details = append(e.Details, coinpulse.FieldError{Field: field, Message: "unknown field; " + msg})
 	}
-	return nil
+	if len(names) == 1 {
+		e.Message = "invalid " + names[0] + ": unknown field; " + msg
+	} else {
+		e.Message = "invalid fields: " + strings.Join(names, ", ") + "; see details"
+	}
+	return e
 }
 
 // keyBody reads a key's JSON body, raw, as the API
