@@ -928,6 +928,13 @@ func TestJSON(t *testing.T) {
 	if i := slices.IndexFunc(listed.Data, func(k listedKey) bool { return k.ID == created.Data.ID }); i < 0 || !listed.Data[i].Active {
 		t.Errorf("a refused revoke revoked the key, or it is not listed: %+v", listed.Data)
 	}
+	// Its id written as the API writes ids: not with a leading zero or
+	// a sign (a review: they named the key).
+	for _, id := range []string{fmt.Sprintf("0%d", created.Data.ID), fmt.Sprintf("+%d", created.Data.ID)} {
+		if p := post("/user/api/data/keys/"+url.PathEscape(id)+"/revoke", ""); p.status != http.StatusNotFound {
+			t.Errorf("revoke of key %q: %d %s", id, p.status, p.body)
+		}
+	}
 	if p := post(fmt.Sprintf("/user/api/data/keys/%d/revoke", created.Data.ID), " {} "); p.status != http.StatusOK || !strings.Contains(p.body, `"active":false`) {
 		t.Errorf("revoke: %d %s", p.status, p.body)
 	}

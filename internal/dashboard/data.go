@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -349,8 +348,8 @@ func (d *Dashboard) dataRevoke(w http.ResponseWriter, r *http.Request) {
 		d.jsonError(w, err)
 		return
 	}
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil || id <= 0 {
+	id, ok := keyID(r)
+	if !ok {
 		d.jsonError(w, coinpulse.ErrKeyNotFound())
 		return
 	}

@@ -266,10 +266,19 @@ func fieldMessage(err error) string {
 	return coinpulse.ErrorMessage(err)
 }
 
+// keyID is the key id of r's path, written as the API writes ids: digits
+// without a sign or a leading zero ("007" and "+7" name no key, as in the
+// API's paths).
+func keyID(r *http.Request) (int64, bool) {
+	s := r.PathValue("id")
+	id, err := strconv.ParseInt(s, 10, 64)
+	return id, err == nil && id > 0 && strconv.FormatInt(id, 10) == s
+}
+
 // ownKey returns the user's unrevoked key named by the path's id, or nil.
 func (d *Dashboard) ownKey(r *http.Request, u *coinpulse.User) (*coinpulse.APIKey, error) {
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil || id <= 0 {
+	id, ok := keyID(r)
+	if !ok {
 		return nil, nil
 	}
 	keys, err := d.store.KeysByUser(r.Context(), u.ID)
@@ -307,12 +316,12 @@ func (d *Dashboard) revoke(w http.ResponseWriter, r *http.Request) {
 	if a == nil {
 		return
 	}
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil || id <= 0 {
+	id, ok := keyID(r)
+	if !ok {
 		d.notFound(w, r)
 		return
 	}
-	err = d.store.RevokeKey(r.Context(), a.user.ID, id, d.now())
+	err := d.store.RevokeKey(r.Context(), a.user.ID, id, d.now())
 	if coinpulse.IsNotFound(err) {
 		d.notFound(w, r)
 		return
