@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 )
 
 // Code is an error kind; each maps to one HTTP status (see Code.Status).
@@ -84,6 +85,20 @@ func ValidationError(field, message string) *Error {
 		Message: fmt.Sprintf("invalid %s: %s", field, message),
 		Details: []FieldError{{Field: field, Message: message}},
 	}
+}
+
+// ValidationErrors returns one VALIDATION_ERROR with a detail for each of
+// details (at least one): its message is that of ValidationError for one,
+// and names them all for more ("invalid fields: a, b; see details").
+func ValidationErrors(details ...FieldError) *Error {
+	if len(details) == 1 {
+		return ValidationError(details[0].Field, details[0].Message)
+	}
+	names := make([]string, len(details))
+	for i, fe := range details {
+		names[i] = fe.Field
+	}
+	return &Error{Code: CodeValidation, Message: "invalid fields: " + strings.Join(names, ", ") + "; see details", Details: details}
 }
 
 // ErrorCode returns the kind of err: the Code of an *Error in its chain, or

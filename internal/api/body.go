@@ -99,17 +99,7 @@ func (b *body) err() error {
 	if len(b.errs) == 0 {
 		return b.unavailable
 	}
-	e := &coinpulse.Error{Code: coinpulse.CodeValidation, Details: b.errs}
-	if len(b.errs) == 1 {
-		e.Message = "invalid " + b.errs[0].Field + ": " + b.errs[0].Message
-	} else {
-		names := make([]string, len(b.errs))
-		for i, fe := range b.errs {
-			names[i] = fe.Field
-		}
-		e.Message = "invalid fields: " + strings.Join(names, ", ") + "; see details"
-	}
-	return e
+	return coinpulse.ValidationErrors(b.errs...)
 }
 
 // raw returns a field's JSON, false when it is absent or null.

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -257,22 +256,15 @@ func noBody(raw []byte) error {
 		return nil
 	}
 	// One detail a field, as the API gives them.
-	e := &coinpulse.Error{Code: coinpulse.CodeValidation}
-	var names []string
+	var details []coinpulse.FieldError
 	for _, name := range slices.Sorted(maps.Keys(fields)) {
 		field := truncate(name, 50)
 		if field == "" {
 			field = `""`
 		}
-		names = append(names, field)
-		e.Details = append(e.Details, coinpulse.FieldError{Field: field, Message: "unknown field; " + msg})
+		details = append(details, coinpulse.FieldError{Field: field, Message: "unknown field; " + msg})
 	}
-	if len(names) == 1 {
-		e.Message = "invalid " + names[0] + ": unknown field; " + msg
-	} else {
-		e.Message = "invalid fields: " + strings.Join(names, ", ") + "; see details"
-	}
-	return e
+	return coinpulse.ValidationErrors(details...)
 }
 
 // keyBody reads a key's JSON body, raw, as the API
