@@ -120,9 +120,12 @@ var keyAt = func() map[rune][2]int {
 	m := map[rune][2]int{}
 	for r, row := range keyboard {
 		for c, k := range row {
-			// The number row starts a half key to the left of the
-			// letters: its columns from 0 at 1.
-			m[k] = [2]int{r, c - boolInt(r == 0)}
+			if r == 0 {
+				// The number row starts a half key to the left of
+				// the letters: its columns from 0 at 1.
+				c--
+			}
+			m[k] = [2]int{r, c}
 		}
 	}
 	for shifted, key := range map[rune]rune{'~': '`', '!': '1', '@': '2', '#': '3', '$': '4', '%': '5', '^': '6', '&': '7', '*': '8', '(': '9', ')': '0',
@@ -131,13 +134,6 @@ var keyAt = func() map[rune][2]int {
 	}
 	return m
 }()
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
 
 // walk reports whether s, in lower case, walks the keyboard or counts:
 // four in five of its steps from one character to the next go to a key
